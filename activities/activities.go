@@ -1,0 +1,375 @@
+package activities
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/choria-io/go-choria/client/choria_provisionclient"
+	"github.com/choria-io/go-choria/client/rpcutilclient"
+	"github.com/choria-io/go-choria/inter"
+	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/metrics"
+)
+
+// Activities holds what every activity needs for the life of the worker process: one Choria
+// framework, the helper runner and the server JWT signer. Create it once per process.
+type Activities struct {
+	fw      inter.Framework
+	cfg     *config.Config
+	helper  *HelperRunner
+	signer  *ServerJWTSigner
+	metrics *metrics.Metrics
+	log     *zap.Logger
+}
+
+// New builds the activities over an established Choria client framework.
+func New(fw inter.Framework, cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *Activities {
+	return &Activities{
+		fw:      fw,
+		cfg:     cfg,
+		helper:  &HelperRunner{Command: cfg.HelperCommand, Timeout: cfg.HelperTimeoutDuration},
+		signer:  &ServerJWTSigner{SigningKey: cfg.JWTSigningKey, SigningToken: cfg.JWTSigningToken, DefaultValidity: cfg.ServerJWTValidityDuration},
+		metrics: m,
+		log:     log,
+	}
+}
+
+// replyDetails is what the generated clients' ResultDetails have in common.
+type replyDetails interface {
+	Sender() string
+	OK() bool
+	StatusMessage() string
+}
+
+func (a *Activities) logger(ctx context.Context, identity, step string) *zap.Logger {
+	info := activity.GetInfo(ctx)
+	return a.log.With(zap.String(logging.FieldIdentity, identity), zap.String(logging.FieldSite, a.cfg.Site),
+		zap.String(logging.FieldStep, step), zap.Int32(logging.FieldAttempt, info.Attempt))
+}
+
+// finish turns an activity error into its Temporal form, counts it, and logs it.
+func (a *Activities) finish(ctx context.Context, identity, step string, err error) error {
+	if err == nil {
+		return nil
+	}
+	log := a.logger(ctx, identity, step)
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		err = temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeRPC, err)
+		errors.As(err, &appErr)
+	}
+	info := activity.GetInfo(ctx)
+	last := appErr.NonRetryable()
+	if rp := info.RetryPolicy; rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts {
+		last = true
+	}
+	if last {
+		a.metrics.ProvisionErrors.WithLabelValues(a.cfg.Site).Inc()
+		log.Error("step failed, no retries left", zap.Error(err))
+	} else {
+		log.Warn("step failed, will retry", zap.Error(err))
+	}
+	return err
+}
+
+func (a *Activities) ctxForRPC(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.cfg.RPCTimeoutDuration)
+}
+
+// one checks that exactly one reply came, from the addressed host, with an OK status.
+func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
+	switch {
+	case len(replies) == 0:
+		return temporal.NewApplicationError(fmt.Sprintf("%s: no reply from %s within %v", rpc, identity, a.cfg.RPCTimeoutDuration), ErrTypeRPC)
+	case len(replies) > 1:
+		return temporal.NewApplicationError(fmt.Sprintf("%s: %d replies to a request addressed to %s", rpc, len(replies), identity), ErrTypeBadReply)
+	}
+	r := replies[0]
+	if r.Sender() != identity {
+		return temporal.NewApplicationError(fmt.Sprintf("%s: reply from %q to a request addressed to %s", rpc, r.Sender(), identity), ErrTypeBadReply)
+	}
+	if r.OK() {
+		return nil
+	}
+	msg := r.StatusMessage()
+	switch {
+	case msg == provision.LockedError:
+		return temporal.NewApplicationError(fmt.Sprintf("%s: %s (another caller holds it)", rpc, msg), ErrTypeLocked)
+	case strings.Contains(msg, "not in provisioning mode"):
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %s", rpc, msg), ErrTypeNotProvisioning, nil)
+	default:
+		return temporal.NewApplicationError(fmt.Sprintf("%s: %s", rpc, msg), ErrTypeAborted)
+	}
+}
+
+func (a *Activities) provClient() (*choria_provisionclient.ChoriaProvisionClient, error) {
+	return choria_provisionclient.New(a.fw)
+}
+
+// FetchJWT calls choria_provision#jwt and verifies the JWT against jwt_verify_cert.
+func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult, err error) {
+	const rpc = "choria_provision#jwt"
+	defer func() { err = a.finish(ctx, in.Identity, "jwt", err) }()
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := pc.OptionTargets([]string{in.Identity}).Jwt(a.cfg.Token).Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	reply := out.AllOutputs()[0]
+	claims, err := VerifyProvisioningJWT(reply.Jwt(), a.cfg.JWTVerifyCert)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidJWT, err)
+	}
+	had := claims.Token != ""
+	claims.Token = ""
+	return &JWTResult{Claims: claims, ECDHPublic: reply.EcdhPublic(), HadToken: had}, nil
+}
+
+// Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
+// verifies the signature.
+func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Result, err error) {
+	const rpc = "choria_provision#gen25519"
+	defer func() { err = a.finish(ctx, in.Identity, "gen25519", err) }()
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	nb := make([]byte, 32)
+	if _, err := rand.Read(nb); err != nil {
+		return nil, err
+	}
+	nonce := hex.EncodeToString(nb)
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := pc.OptionTargets([]string{in.Identity}).Gen25519(nonce, a.cfg.Token).Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	r := out.AllOutputs()[0]
+	if err := VerifyNonceSignature(r.PublicKey(), r.Signature(), nonce); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadSignature, err)
+	}
+	return &ED25519Result{PublicKey: r.PublicKey(), Directory: r.Directory(), Signature: r.Signature()}, nil
+}
+
+// Inventory calls rpcutil#inventory.
+func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *InventoryResult, err error) {
+	const rpc = "rpcutil#inventory"
+	defer func() { err = a.finish(ctx, in.Identity, "inventory", err) }()
+	rc, err := rpcutilclient.New(a.fw)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := rc.OptionTargets([]string{in.Identity}).Inventory().Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	r := out.AllOutputs()[0]
+	j, err := r.JSON()
+	if err != nil {
+		return nil, temporal.NewApplicationError(fmt.Sprintf("%s: cannot encode inventory: %v", rpc, err), ErrTypeBadReply)
+	}
+	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable()}, nil
+}
+
+// RunHelper runs the site helper for one host.
+func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *HelperOutput, err error) {
+	defer func() { err = a.finish(ctx, req.Input.Identity, "helper", err) }()
+	input := req.Input
+	if input.JWT != nil && req.HadToken {
+		claims := *input.JWT
+		claims.Token = a.cfg.Token
+		input.JWT = &claims
+	}
+	start := time.Now()
+	out, err := a.helper.Run(ctx, input)
+	a.metrics.HelperTime.WithLabelValues(a.cfg.Site).Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.metrics.HelperErrors.WithLabelValues(a.cfg.Site).Inc()
+		return nil, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeHelper, err)
+	}
+	if out.Shutdown {
+		a.metrics.ShutdownRequests.WithLabelValues(a.cfg.Site).Inc()
+	}
+	if !out.Defer && !out.Shutdown {
+		if len(out.Configuration) == 0 {
+			a.metrics.HelperErrors.WithLabelValues(a.cfg.Site).Inc()
+			return nil, temporal.NewApplicationError("helper returned no configuration and did not defer or shut down", ErrTypeHelper)
+		}
+		cj, _ := json.Marshal(out.Configuration)
+		if len(cj) > 2048 {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("helper configuration is %d bytes of JSON; the configure action accepts at most 2048", len(cj)), ErrTypeConfig, nil)
+		}
+	}
+	return out, nil
+}
+
+// SignServerJWT makes the host's server JWT (ed25519 feature).
+func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed string, err error) {
+	defer func() { err = a.finish(ctx, in.Identity, "sign", err) }()
+	s, err := a.signer.Sign(in)
+	if err != nil {
+		return "", temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeSigning, err)
+	}
+	return s, nil
+}
+
+// Configure sends the configuration with choria_provision#configure.
+func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *MessageResult, err error) {
+	const rpc = "choria_provision#configure"
+	defer func() { err = a.finish(ctx, in.Identity, "configure", err) }()
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	cj, err := json.Marshal(in.Configuration)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
+	}
+	req := pc.OptionTargets([]string{in.Identity}).Configure(string(cj)).Token(a.cfg.Token)
+	if in.Certificate != "" {
+		req = req.Certificate(in.Certificate)
+	}
+	if in.CA != "" {
+		req = req.Ca(in.CA)
+	}
+	if in.SSLDir != "" {
+		req = req.Ssldir(in.SSLDir)
+	}
+	if in.Key != "" {
+		req = req.Key(in.Key).EcdhPublic(in.ECDHPublic)
+	}
+	if in.ServerJWT != "" {
+		req = req.ServerJwt(in.ServerJWT)
+	}
+	if len(in.ActionPolicies) > 0 {
+		req = req.ActionPolicies(anyMap(in.ActionPolicies))
+	}
+	if len(in.OPAPolicies) > 0 {
+		req = req.OpaPolicies(anyMap(in.OPAPolicies))
+	}
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := req.Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	return &MessageResult{Message: out.AllOutputs()[0].Message()}, nil
+}
+
+// Restart asks the server to restart into its new configuration.
+func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *MessageResult, err error) {
+	const rpc = "choria_provision#restart"
+	defer func() { err = a.finish(ctx, in.Identity, "restart", err) }()
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := pc.OptionTargets([]string{in.Identity}).Restart(a.cfg.Token).Splay(float64(in.Splay)).Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	a.metrics.Provisioned.WithLabelValues(a.cfg.Site).Inc()
+	a.logger(ctx, in.Identity, "restart").Info("provisioned")
+	return &MessageResult{Message: out.AllOutputs()[0].Message()}, nil
+}
+
+// Shutdown asks the server to shut down (the helper's decision).
+func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageResult, err error) {
+	const rpc = "choria_provision#shutdown"
+	defer func() { err = a.finish(ctx, in.Identity, "shutdown", err) }()
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := pc.OptionTargets([]string{in.Identity}).Shutdown(a.cfg.Token).Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	return &MessageResult{Message: out.AllOutputs()[0].Message()}, nil
+}
+
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+// Package activities holds every side effect of provisioning a host: Choria RPCs addressed to the
+// one host, the site helper, JWT verification and signing. Each is a Temporal activity; the
+// workflow decides the order and the retries.
+package activities
+
+import (
+	"github.com/choria-io/tokens"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Activity names, as registered on the worker and referenced by the workflow.
+const (
+	FetchJWTName       = "FetchJWT"
+	Gen25519Name       = "Gen25519"
+	InventoryName      = "Inventory"
+	RunHelperName      = "RunHelper"
+	SignServerJWTName  = "SignServerJWT"
+	ConfigureName      = "Configure"
+	RestartName        = "Restart"
+	ShutdownName       = "Shutdown"
+	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
+)
+
+// Error types carried by Temporal application errors, so the workflow and operators can classify
+// a failure without parsing its message.
+const (
+	ErrTypeRPC             = "RPCError"              // transport failure or no reply: retryable
+	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
+	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
+	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
+	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
+	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
+	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
+	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
+	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
+	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
+)
+
+// HostInput addresses one host.
+type HostInput struct {
+	Identity string `json:"identity"`
+}
+
+// JWTResult is the verified provisioning JWT. Claims.Token is always empty: the token is a secret
+// the worker already holds, so it never enters workflow history.
+type JWTResult struct {
+	Claims     *tokens.ProvisioningClaims `json:"claims"`
+	ECDHPublic string                     `json:"ecdh_public"`
+	HadToken   bool                       `json:"had_token"`
+}
+
+// ED25519Result is what the helper gets as ed25519_pubkey; the signature was verified over a
+// fresh nonce before it is returned.
+type ED25519Result struct {
+	PublicKey string `json:"public_key"`
+	Directory string `json:"directory"`
+	Signature string `json:"signature"`
+}
+
+// CSRResult is what the helper gets as csr (pki feature).
+type CSRResult struct {
+	CSR       string `json:"csr"`
+	PublicKey string `json:"public_key"`
+	SSLDir    string `json:"ssldir"`
+}
+
+// InventoryResult is the rpcutil#inventory reply, kept as the JSON text the helper contract wants.
+type InventoryResult struct {
+	Inventory  string `json:"inventory"`
+	Version    string `json:"version"`
+	Upgradable bool   `json:"upgradable"`
+}
+
+// HelperInput is the helper contract's input, exactly as the Choria Provisioner sends it.
+type HelperInput struct {
+	Identity      string                     `json:"identity"`
+	CSR           *CSRResult                 `json:"csr"`
+	ED25519PubKey *ED25519Result             `json:"ed25519_pubkey"`
+	Inventory     string                     `json:"inventory"`
+	JWT           *tokens.ProvisioningClaims `json:"jwt"`
+}
+
+// HelperRequest is the helper activity's input. HadToken tells the worker to put its own token
+// back into Input.JWT.Token, which was redacted before the claims entered history.
+type HelperRequest struct {
+	Input    HelperInput `json:"input"`
+	HadToken bool        `json:"had_token"`
+}
+
+// ServerClaims are the helper's server_claims (ed25519 feature), as the Choria Provisioner reads them.
+type ServerClaims struct {
+	ExpiresAt                 *jwt.NumericDate          `json:"exp,omitempty"`
+	Collectives               []string                  `json:"collectives,omitempty"`
+	OrganizationUnit          string                    `json:"ou,omitempty"`
+	Permissions               *tokens.ServerPermissions `json:"permissions,omitempty"`
+	AdditionalPublishSubjects []string                  `json:"pub_subjects,omitempty"`
+}
+
+// HelperOutput is the helper contract's output.
+type HelperOutput struct {
+	Defer          bool              `json:"defer"`
+	Shutdown       bool              `json:"shutdown"`
+	Msg            string            `json:"msg"`
+	Certificate    string            `json:"certificate"`
+	CA             string            `json:"ca"`
+	Key            string            `json:"key"`
+	SSLDir         string            `json:"ssldir"`
+	Configuration  map[string]string `json:"configuration"`
+	ServerClaims   *ServerClaims     `json:"server_claims"`
+	ActionPolicies map[string]string `json:"action_policies"`
+	OPAPolicies    map[string]string `json:"opa_policies"`
+	Upgrade        string            `json:"upgrade"`
+}
+
+// SignInput asks for a server JWT for a host's ed25519 public key.
+type SignInput struct {
+	Identity  string            `json:"identity"`
+	PublicKey string            `json:"public_key"` // hex, from gen25519
+	Config    map[string]string `json:"config"`     // the helper's configuration: collectives and provider shape the defaults
+	Claims    *ServerClaims     `json:"claims"`
+}
+
+// ConfigureInput is the configure RPC's payload.
+type ConfigureInput struct {
+	Identity       string            `json:"identity"`
+	Configuration  map[string]string `json:"configuration"`
+	Certificate    string            `json:"certificate,omitempty"`
+	CA             string            `json:"ca,omitempty"`
+	SSLDir         string            `json:"ssldir,omitempty"`
+	Key            string            `json:"key,omitempty"`
+	ECDHPublic     string            `json:"ecdh_public,omitempty"`
+	ServerJWT      string            `json:"server_jwt,omitempty"`
+	ActionPolicies map[string]string `json:"action_policies,omitempty"`
+	OPAPolicies    map[string]string `json:"opa_policies,omitempty"`
+}
+
+// RestartInput is the restart RPC's payload.
+type RestartInput struct {
+	Identity string `json:"identity"`
+	Splay    int    `json:"splay"`
+}
+
+// MessageResult is the reply of RPCs that return only a message.
+type MessageResult struct {
+	Message string `json:"message"`
+}

@@ -1,0 +1,291 @@
+// Package config loads the provisioner's configuration: the Choria Provisioner's YAML keys, unchanged,
+// plus a temporal section. Defaults first, then the YAML file, then PROVISIONER_* environment variables.
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/shlex"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// EnvPrefix starts every environment override; "__" separates nested keys, so
+// PROVISIONER_TEMPORAL__ADDRESS sets temporal.address and PROVISIONER_JWT_SIGNING_KEY sets jwt_signing_key.
+const EnvPrefix = "PROVISIONER_"
+
+// ErrInvalid wraps every validation failure so callers can tell bad configuration from I/O errors.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Features are the Choria Provisioner's feature switches.
+type Features struct {
+	JWT      bool `koanf:"jwt"`
+	ED25519  bool `koanf:"ed25519"`
+	PKI      bool `koanf:"pki"`
+	Upgrades bool `koanf:"upgrades"`
+}
+
+// Temporal says where the workflows live.
+type Temporal struct {
+	Address   string `koanf:"address"`
+	Namespace string `koanf:"namespace"`
+	TaskQueue string `koanf:"task_queue"`
+}
+
+// Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
+// Provisioner's, spelled as it spells them.
+type Config struct {
+	Workers                    int            `koanf:"workers"`         // accepted; Temporal's worker options replace it
+	Interval                   string         `koanf:"interval"`        // discovery sweep period, minimum 1m
+	Logfile                    string         `koanf:"logfile"`         // empty or "-": stderr
+	Loglevel                   string         `koanf:"loglevel"`        // debug, info, warn, error
+	Helper                     string         `koanf:"helper"`          // command line, split like a shell
+	HelperTimeout              string         `koanf:"helper_timeout"`  // ours: default 10s like the Choria Provisioner
+	RPCTimeout                 string         `koanf:"rpc_timeout"`     // ours: how long one RPC waits for its reply
+	DeferDelay                 string         `koanf:"defer_delay"`     // ours: how long a deferred host waits before its steps run again
+	Token                      string         `koanf:"token"`           // provisioning token; stays in worker config, never in history
+	Insecure                   bool           `koanf:"choria_insecure"` // accepted for compatibility
+	Site                       string         `koanf:"site"`            // label on every metric and search attribute
+	MonitorPort                int            `koanf:"monitor_port"`    // Prometheus /metrics, 0 disables
+	MonitorAddress             string         `koanf:"monitor_address"` // ours: bind address for monitor_port
+	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
+	LifecycleComponent         string         `koanf:"lifecycle_component"`
+	CertDenyList               []string       `koanf:"cert_deny_list"`
+	JWTVerifyCert              string         `koanf:"jwt_verify_cert"`
+	JWTSigningKey              string         `koanf:"jwt_signing_key"`
+	JWTSigningToken            string         `koanf:"jwt_signing_token"`
+	ServerJWTValidity          string         `koanf:"server_jwt_validity"`
+	LeaderElection             bool           `koanf:"leader_election"` // accepted; replicas need no election here
+	UpgradesRepository         string         `koanf:"upgrades_repository"`
+	UpgradesOptional           bool           `koanf:"upgrades_optional"`
+	RegoPolicy                 string         `koanf:"rego_policy"` // accepted, not used
+	BrokerPort                 int            `koanf:"broker_port"` // accepted, not used
+	Management                 map[string]any `koanf:"management"`  // backplane settings; accepted, not used
+	Features                   Features       `koanf:"features"`
+	Temporal                   Temporal       `koanf:"temporal"`
+	ChoriaConfig               string         `koanf:"choria_config"` // Choria client config file
+
+	// Parsed forms, filled by Load.
+	IntervalDuration          time.Duration `koanf:"-"`
+	HelperTimeoutDuration     time.Duration `koanf:"-"`
+	RPCTimeoutDuration        time.Duration `koanf:"-"`
+	DeferDelayDuration        time.Duration `koanf:"-"`
+	ServerJWTValidityDuration time.Duration `koanf:"-"`
+	HelperCommand             []string      `koanf:"-"`
+	File                      string        `koanf:"-"`
+}
+
+// DefaultCertDenyList is the Choria Provisioner's default list of names a CSR may not carry.
+var DefaultCertDenyList = []string{`\.privileged.mcollective$`, `\.privileged.choria$`, `\.mcollective$`, `\.choria$`}
+
+func defaults() map[string]any {
+	return map[string]any{
+		"workers":             4,
+		"interval":            "1m",
+		"loglevel":            "info",
+		"helper_timeout":      "10s",
+		"rpc_timeout":         "10s",
+		"defer_delay":         "30s",
+		"site":                "default",
+		"monitor_address":     "127.0.0.1",
+		"lifecycle_component": "provision_mode_server",
+		"server_jwt_validity": "365d",
+		"temporal.address":    "127.0.0.1:7233",
+		"temporal.namespace":  "default",
+		"temporal.task_queue": "choria-provisioner",
+	}
+}
+
+// Load reads file (may be empty for defaults and environment only) and validates the result.
+func Load(path string) (*Config, error) {
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
+		return nil, err
+	}
+	if path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+	}
+	envProvider := env.Provider(EnvPrefix, ".", func(s string) string {
+		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, EnvPrefix)), "__", ".")
+	})
+	if err := k.Load(envProvider, nil); err != nil {
+		return nil, fmt.Errorf("reading environment: %w", err)
+	}
+
+	cfg := &Config{File: path}
+	if err := k.UnmarshalWithConf("", cfg, koanf.UnmarshalConf{Tag: "koanf", FlatPaths: false}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func invalid(key string, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...))
+}
+
+var componentRe = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+func (c *Config) validate() error {
+	var err error
+
+	if c.IntervalDuration, err = ParseDuration(c.Interval); err != nil {
+		return invalid("interval", "%v", err)
+	}
+	if c.IntervalDuration < time.Minute {
+		return invalid("interval", "%s is too small, the minimum is 1m", c.Interval)
+	}
+	if c.HelperTimeoutDuration, err = ParseDuration(c.HelperTimeout); err != nil || c.HelperTimeoutDuration <= 0 {
+		return invalid("helper_timeout", "%q is not a positive duration", c.HelperTimeout)
+	}
+	if c.RPCTimeoutDuration, err = ParseDuration(c.RPCTimeout); err != nil || c.RPCTimeoutDuration <= 0 {
+		return invalid("rpc_timeout", "%q is not a positive duration", c.RPCTimeout)
+	}
+	if c.DeferDelayDuration, err = ParseDuration(c.DeferDelay); err != nil || c.DeferDelayDuration <= 0 {
+		return invalid("defer_delay", "%q is not a positive duration", c.DeferDelay)
+	}
+	if c.ServerJWTValidityDuration, err = ParseDuration(c.ServerJWTValidity); err != nil || c.ServerJWTValidityDuration <= time.Hour {
+		return invalid("server_jwt_validity", "%q must be a duration longer than 1h", c.ServerJWTValidity)
+	}
+
+	switch strings.ToLower(c.Loglevel) {
+	case "debug", "info", "warn", "warning", "error", "fatal":
+	default:
+		return invalid("loglevel", "%q is not one of debug, info, warn, error, fatal", c.Loglevel)
+	}
+
+	if c.LifecycleComponent == "" || !componentRe.MatchString(c.LifecycleComponent) {
+		return invalid("lifecycle_component", "%q must be a non-empty name without '.', '>', '*' or spaces", c.LifecycleComponent)
+	}
+
+	if c.Site == "" {
+		return invalid("site", "must not be empty")
+	}
+	if c.MonitorPort < 0 || c.MonitorPort > 65535 {
+		return invalid("monitor_port", "%d is not a port number", c.MonitorPort)
+	}
+
+	if c.Features.PKI && c.Features.ED25519 {
+		return invalid("features", "pki and ed25519 are mutually exclusive")
+	}
+	if c.Features.ED25519 {
+		c.Features.JWT = true // as the Choria Provisioner: ed25519 implies jwt
+		if c.JWTSigningKey == "" {
+			return invalid("jwt_signing_key", "required when features.ed25519 is on")
+		}
+		if err := readable(c.JWTSigningKey); err != nil {
+			return invalid("jwt_signing_key", "%v", err)
+		}
+		if c.JWTSigningToken != "" {
+			if err := readable(c.JWTSigningToken); err != nil {
+				return invalid("jwt_signing_token", "%v", err)
+			}
+		}
+	}
+	if c.Features.JWT {
+		if c.JWTVerifyCert == "" {
+			return invalid("jwt_verify_cert", "required when features.jwt is on")
+		}
+		if _, statErr := os.Stat(c.JWTVerifyCert); statErr != nil {
+			if b, hexErr := hex.DecodeString(c.JWTVerifyCert); hexErr != nil || len(b) != 32 {
+				return invalid("jwt_verify_cert", "%q is neither a readable file nor a hex ed25519 public key", c.JWTVerifyCert)
+			}
+		}
+	}
+	if c.Features.Upgrades && c.UpgradesRepository == "" {
+		return invalid("upgrades_repository", "required when features.upgrades is on")
+	}
+
+	if len(c.CertDenyList) == 0 {
+		c.CertDenyList = DefaultCertDenyList
+	}
+	for _, re := range c.CertDenyList {
+		if _, err := regexp.Compile(TrimRegex(re)); err != nil {
+			return invalid("cert_deny_list", "%q: %v", re, err)
+		}
+	}
+
+	if c.Helper == "" {
+		return invalid("helper", "required: the command that returns each server's configuration")
+	}
+	if c.HelperCommand, err = shlex.Split(c.Helper); err != nil || len(c.HelperCommand) == 0 {
+		return invalid("helper", "cannot split %q into a command line", c.Helper)
+	}
+	if err := executable(c.HelperCommand[0]); err != nil {
+		return invalid("helper", "%v", err)
+	}
+
+	if c.Temporal.Address == "" {
+		return invalid("temporal.address", "must not be empty")
+	}
+	if c.Temporal.Namespace == "" {
+		return invalid("temporal.namespace", "must not be empty")
+	}
+	if c.Temporal.TaskQueue == "" {
+		return invalid("temporal.task_queue", "must not be empty")
+	}
+	return nil
+}
+
+// TrimRegex accepts the /re/ form of cert_deny_list entries.
+func TrimRegex(re string) string {
+	if len(re) > 2 && strings.HasPrefix(re, "/") && strings.HasSuffix(re, "/") {
+		return re[1 : len(re)-1]
+	}
+	return re
+}
+
+func readable(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func executable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
+// ParseDuration is time.ParseDuration plus the d (day), w (week) and y (365 days) units that
+// Choria configurations use, e.g. "365d" or "1y".
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty duration")
+	}
+	units := map[byte]time.Duration{'d': 24 * time.Hour, 'w': 7 * 24 * time.Hour, 'y': 365 * 24 * time.Hour}
+	if mult, ok := units[s[len(s)-1]]; ok {
+		n, err := strconv.ParseFloat(s[:len(s)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return time.Duration(n * float64(mult)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q", s)
+	}
+	return d, nil
+}

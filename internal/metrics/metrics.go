@@ -1,0 +1,97 @@
+// Package metrics holds the choria_provisioner_* series that Choria Provisioner dashboards use, on
+// a registry the caller owns.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the provisioner's series. Every one carries the site label.
+type Metrics struct {
+	Site string
+
+	Discovered       *prometheus.CounterVec
+	EventDiscovered  *prometheus.CounterVec
+	DiscoverCycles   *prometheus.CounterVec
+	DiscoveryErrors  *prometheus.CounterVec
+	Provisioned      *prometheus.CounterVec
+	ProvisionErrors  *prometheus.CounterVec
+	RPCTime          *prometheus.SummaryVec
+	RPCErrors        *prometheus.CounterVec
+	HelperTime       *prometheus.SummaryVec
+	HelperErrors     *prometheus.CounterVec
+	ShutdownRequests *prometheus.CounterVec
+	Paused           *prometheus.GaugeVec
+}
+
+// New registers the series on reg.
+func New(reg prometheus.Registerer, site string) (*Metrics, error) {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "choria_provisioner_" + name, Help: help}, append([]string{"site"}, labels...))
+	}
+	summary := func(name, help string, labels ...string) *prometheus.SummaryVec {
+		return prometheus.NewSummaryVec(prometheus.SummaryOpts{Name: "choria_provisioner_" + name, Help: help}, append([]string{"site"}, labels...))
+	}
+	m := &Metrics{
+		Site:             site,
+		Discovered:       counter("discovered", "Nodes found by discovery sweeps"),
+		EventDiscovered:  counter("event_discovered", "Nodes found by lifecycle startup events"),
+		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
+		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
+		Provisioned:      counter("provisioned", "Nodes provisioned"),
+		ProvisionErrors:  counter("provision_errors", "Provisioning attempts that failed"),
+		RPCTime:          summary("rpc_time", "Time taken by RPC requests to nodes", "rpc"),
+		RPCErrors:        counter("rpc_errors", "RPC requests that failed", "rpc"),
+		HelperTime:       summary("helper_time", "Time taken by the helper"),
+		HelperErrors:     counter("helper_errors", "Helper runs that failed"),
+		ShutdownRequests: counter("helper_shutdown_requests", "Shutdowns the helper asked for"),
+		Paused:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "choria_provisioner_paused", Help: "1 when provisioning is paused"}, []string{"site"}),
+	}
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	m.Paused.WithLabelValues(site).Set(0)
+	return m, nil
+}
+
+// ObserveRPC records one RPC's duration and, when err is set, its failure.
+func (m *Metrics) ObserveRPC(rpc string, start time.Time, err error) {
+	m.RPCTime.WithLabelValues(m.Site, rpc).Observe(time.Since(start).Seconds())
+	if err != nil {
+		m.RPCErrors.WithLabelValues(m.Site, rpc).Inc()
+	}
+}
+
+// Serve exposes /metrics from gatherer on addr until ctx ends. It returns the bound address
+// (useful with port 0) once listening.
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("monitor listener on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the listener is gone; nothing else to do with it
+		}
+	}()
+	return l.Addr().String(), nil
+}

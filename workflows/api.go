@@ -1,0 +1,159 @@
+// Package workflows holds ProvisionHost, the durable provisioning of one Choria Server, and its
+// contract: the workflow ID, signal, query and search-attribute names, statuses and types.
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// WorkflowName is the registered name of ProvisionHost.
+const WorkflowName = "ProvisionHost"
+
+// SeenSignal is sent at every sighting of a host (discovery sweep or startup event); a running
+// workflow absorbs it, a closed one is replaced by a new run (signal-with-start).
+const SeenSignal = "seen"
+
+// StatusQuery returns the workflow's Status.
+const StatusQuery = "status"
+
+// WorkflowID is the one workflow ID of a host: it depends on the identity alone, so every replica
+// and every sighting addresses the same workflow.
+func WorkflowID(identity string) string { return "provision:" + identity }
+
+// Typed search attributes, upserted on transitions so that the Web UI and `temporal workflow list
+// --query` can filter hosts.
+var (
+	IdentityKey = temporal.NewSearchAttributeKeyKeyword("ProvisionIdentity")
+	SiteKey     = temporal.NewSearchAttributeKeyKeyword("ProvisionSite")
+	StepKey     = temporal.NewSearchAttributeKeyKeyword("ProvisionStep")
+	OutcomeKey  = temporal.NewSearchAttributeKeyKeyword("ProvisionOutcome")
+)
+
+// SearchAttributeNames lists the custom search attributes to register on a namespace.
+func SearchAttributeNames() []string {
+	return []string{IdentityKey.GetName(), SiteKey.GetName(), StepKey.GetName(), OutcomeKey.GetName()}
+}
+
+// Outcomes of a host, as the ProvisionOutcome search attribute and Status.Outcome.
+const (
+	OutcomeRunning     = "running"
+	OutcomeDeferred    = "deferred"
+	OutcomeFailed      = "failed"
+	OutcomeProvisioned = "provisioned"
+	OutcomeShutdown    = "shutdown"
+)
+
+// Steps, in the order they run.
+const (
+	StepJWT       = "jwt"
+	StepGen25519  = "gen25519"
+	StepInventory = "inventory"
+	StepHelper    = "helper"
+	StepSign      = "sign"
+	StepConfigure = "configure"
+	StepRestart   = "restart"
+	StepShutdown  = "shutdown"
+	StepDeferred  = "deferred"
+	StepDone      = "done"
+)
+
+// Features select the optional steps; they come from the starter's configuration.
+type Features struct {
+	JWT     bool `json:"jwt"`
+	ED25519 bool `json:"ed25519"`
+	PKI     bool `json:"pki"`
+}
+
+// Sources of a sighting.
+const (
+	SourceDiscovery = "discovery"
+	SourceEvent     = "event"
+	SourceOperator  = "operator"
+)
+
+// Sighting is the payload of SeenSignal.
+type Sighting struct {
+	Source string    `json:"source"`
+	At     time.Time `json:"at"`
+}
+
+// ProvisionInput starts a host's workflow. It carries no secret.
+type ProvisionInput struct {
+	Identity     string        `json:"identity"`
+	Site         string        `json:"site"`
+	Features     Features      `json:"features"`
+	Source       string        `json:"source"`
+	DeferDelay   time.Duration `json:"defer_delay"`
+	MaxDefers    int           `json:"max_defers"`
+	RestartSplay int           `json:"restart_splay"`
+	// Defers already spent by earlier runs of a continued-as-new workflow.
+	Defers int `json:"defers"`
+}
+
+// Defaults for inputs left zero.
+const (
+	DefaultDeferDelay   = 30 * time.Second
+	DefaultMaxDefers    = 120
+	DefaultRestartSplay = 1 // as the Choria Provisioner: the server waits 2 s, then re-executes
+	// continueAsNewDefers bounds one run's history: a host deferred this often continues as new.
+	continueAsNewDefers = 10
+)
+
+// StepRecord is one run of a step in the timeline.
+type StepRecord struct {
+	Step    string    `json:"step"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitempty"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Status is what the status query returns.
+type Status struct {
+	Identity      string       `json:"identity"`
+	Site          string       `json:"site"`
+	Step          string       `json:"step"`
+	Outcome       string       `json:"outcome"`
+	Message       string       `json:"message,omitempty"`
+	LastError     string       `json:"last_error,omitempty"`
+	HelperMessage string       `json:"helper_message,omitempty"`
+	Defers        int          `json:"defers"`
+	Sightings     int          `json:"sightings"`
+	LastSeen      time.Time    `json:"last_seen"`
+	ServerVersion string       `json:"server_version,omitempty"`
+	Timeline      []StepRecord `json:"timeline"`
+}
+
+// ProvisionResult is the workflow's result when it does not fail.
+type ProvisionResult struct {
+	Identity string `json:"identity"`
+	Outcome  string `json:"outcome"`
+	Message  string `json:"message,omitempty"`
+}
+
+// ErrInvalidIdentity is returned for identities that cannot be a Choria identity.
+var ErrInvalidIdentity = errors.New("invalid identity")
+
+// MaxIdentityLength bounds identities; Choria identities are host names.
+const MaxIdentityLength = 253
+
+// ValidateIdentity rejects what cannot be a host identity before it becomes a workflow: empty,
+// too long, control or space characters, and NATS subject wildcards.
+func ValidateIdentity(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidIdentity)
+	}
+	if len(id) > MaxIdentityLength {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidIdentity, len(id), MaxIdentityLength)
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) || unicode.IsSpace(r) || r == '*' || r == '>' || r == unicode.ReplacementChar {
+			return fmt.Errorf("%w: %q contains %q", ErrInvalidIdentity, id, r)
+		}
+	}
+	return nil
+}

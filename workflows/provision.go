@@ -1,0 +1,305 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/choria-temporal/provisioner/activities"
+)
+
+// ErrTypeProvisionFailed is the error type of a host's workflow that ran out of retries or met a
+// policy outcome; its message names the step and the reason.
+const ErrTypeProvisionFailed = "ProvisionFailed"
+
+type provisioner struct {
+	in     ProvisionInput
+	status Status
+	log    log.Logger
+}
+
+// ProvisionHost provisions one Choria Server: jwt -> gen25519 -> inventory -> helper -> sign ->
+// configure -> restart, each an activity with its own retry policy. A helper defer waits on a
+// durable timer and runs the steps again; a helper shutdown shuts the server down and ends.
+func ProvisionHost(ctx workflow.Context, in ProvisionInput) (*ProvisionResult, error) {
+	if err := ValidateIdentity(in.Identity); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
+	}
+	if in.DeferDelay <= 0 {
+		in.DeferDelay = DefaultDeferDelay
+	}
+	if in.MaxDefers <= 0 {
+		in.MaxDefers = DefaultMaxDefers
+	}
+	if in.RestartSplay <= 0 {
+		in.RestartSplay = DefaultRestartSplay
+	}
+
+	p := &provisioner{in: in}
+	if err := p.setup(ctx); err != nil {
+		return nil, err
+	}
+	return p.run(ctx)
+}
+
+func (p *provisioner) setup(ctx workflow.Context) error {
+	p.log = log.With(workflow.GetLogger(ctx), "identity", p.in.Identity, "site", p.in.Site)
+	p.status = Status{Identity: p.in.Identity, Site: p.in.Site, Outcome: OutcomeRunning, Defers: p.in.Defers, Sightings: 1}
+
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return p.status, nil }); err != nil {
+		return err
+	}
+
+	seen := workflow.GetSignalChannel(ctx, SeenSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var s Sighting
+			if !seen.Receive(ctx, &s) {
+				return
+			}
+			p.status.Sightings++
+			p.status.LastSeen = s.At
+		}
+	})
+
+	return p.upsert(ctx, IdentityKey.ValueSet(p.in.Identity), SiteKey.ValueSet(p.in.Site), OutcomeKey.ValueSet(OutcomeRunning))
+}
+
+func (p *provisioner) upsert(ctx workflow.Context, updates ...temporal.SearchAttributeUpdate) error {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
+		return fmt.Errorf("upserting search attributes: %w", err)
+	}
+	return nil
+}
+
+func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
+	for {
+		decision, err := p.pass(ctx)
+		if err != nil {
+			return nil, p.fail(ctx, err)
+		}
+		switch {
+		case decision.Shutdown:
+			return p.finish(ctx, OutcomeShutdown, "shut down at the helper's request: "+decision.Msg)
+		case decision.Defer:
+			if err := p.deferHost(ctx, decision.Msg); err != nil {
+				return nil, err
+			}
+		default:
+			return p.finish(ctx, OutcomeProvisioned, "provisioned")
+		}
+	}
+}
+
+// pass runs the steps once. It returns the helper's decision when the host was deferred or shut
+// down, and an empty decision when it was configured and restarted.
+func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, error) {
+	host := activities.HostInput{Identity: p.in.Identity}
+	helperIn := activities.HelperRequest{Input: activities.HelperInput{Identity: p.in.Identity}}
+	var jwtRes activities.JWTResult
+
+	if p.in.Features.JWT {
+		if err := p.step(ctx, StepJWT, activities.FetchJWTName, host, &jwtRes); err != nil {
+			return nil, err
+		}
+		helperIn.Input.JWT = jwtRes.Claims
+		helperIn.HadToken = jwtRes.HadToken
+	}
+
+	if p.in.Features.ED25519 {
+		var ed activities.ED25519Result
+		if err := p.step(ctx, StepGen25519, activities.Gen25519Name, host, &ed); err != nil {
+			return nil, err
+		}
+		helperIn.Input.ED25519PubKey = &ed
+	}
+
+	var inv activities.InventoryResult
+	if err := p.step(ctx, StepInventory, activities.InventoryName, host, &inv); err != nil {
+		return nil, err
+	}
+	helperIn.Input.Inventory = inv.Inventory
+	p.status.ServerVersion = inv.Version
+
+	var decision activities.HelperOutput
+	if err := p.step(ctx, StepHelper, activities.RunHelperName, helperIn, &decision); err != nil {
+		return nil, err
+	}
+	p.status.HelperMessage = decision.Msg
+
+	if decision.Shutdown {
+		var msg activities.MessageResult
+		if err := p.step(ctx, StepShutdown, activities.ShutdownName, host, &msg); err != nil {
+			return nil, err
+		}
+		return &decision, nil
+	}
+	if decision.Defer {
+		return &decision, nil
+	}
+
+	conf := activities.ConfigureInput{
+		Identity:       p.in.Identity,
+		Configuration:  decision.Configuration,
+		Certificate:    decision.Certificate,
+		CA:             decision.CA,
+		SSLDir:         decision.SSLDir,
+		ActionPolicies: decision.ActionPolicies,
+		OPAPolicies:    decision.OPAPolicies,
+	}
+
+	if p.in.Features.ED25519 {
+		sign := activities.SignInput{
+			Identity:  p.in.Identity,
+			PublicKey: helperIn.Input.ED25519PubKey.PublicKey,
+			Config:    decision.Configuration,
+			Claims:    decision.ServerClaims,
+		}
+		if err := p.step(ctx, StepSign, activities.SignServerJWTName, sign, &conf.ServerJWT); err != nil {
+			return nil, err
+		}
+	}
+
+	var msg activities.MessageResult
+	if err := p.step(ctx, StepConfigure, activities.ConfigureName, conf, &msg); err != nil {
+		return nil, err
+	}
+	if err := p.step(ctx, StepRestart, activities.RestartName, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
+		return nil, err
+	}
+	return &activities.HelperOutput{}, nil
+}
+
+// step runs one activity with the step's options and records it in the timeline.
+func (p *provisioner) step(ctx workflow.Context, step string, activity string, arg any, result any) error {
+	p.status.Step = step
+	p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
+	rec := &p.status.Timeline[len(p.status.Timeline)-1]
+	if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
+		return err
+	}
+
+	actx := workflow.WithActivityOptions(ctx, stepOptions(step))
+	err := workflow.ExecuteActivity(actx, activity, arg).Get(ctx, result)
+	rec.Ended = workflow.Now(ctx)
+	if err != nil {
+		rec.Error = reason(err)
+		p.status.LastError = rec.Error
+		return &stepError{step: step, err: err}
+	}
+	return nil
+}
+
+func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
+	p.status.Defers++
+	p.status.Outcome = OutcomeDeferred
+	p.status.Step = StepDeferred
+	p.status.Message = "deferred by the helper: " + msg
+	p.log.Info("helper deferred the host", "msg", msg, "defers", p.status.Defers)
+
+	if p.status.Defers >= p.in.MaxDefers {
+		return p.fail(ctx, fmt.Errorf("the helper deferred the host %d times, the limit", p.status.Defers))
+	}
+	if err := p.upsert(ctx, StepKey.ValueSet(StepDeferred), OutcomeKey.ValueSet(OutcomeDeferred)); err != nil {
+		return err
+	}
+	if err := workflow.Sleep(ctx, p.in.DeferDelay); err != nil {
+		return err
+	}
+	if p.status.Defers-p.in.Defers >= continueAsNewDefers {
+		next := p.in
+		next.Defers = p.status.Defers
+		next.Source = SourceDiscovery
+		return workflow.NewContinueAsNewError(ctx, ProvisionHost, next)
+	}
+	p.status.Outcome = OutcomeRunning
+	return p.upsert(ctx, OutcomeKey.ValueSet(OutcomeRunning))
+}
+
+func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*ProvisionResult, error) {
+	p.status.Outcome = outcome
+	p.status.Step = StepDone
+	p.status.Message = msg
+	if err := p.upsert(ctx, StepKey.ValueSet(StepDone), OutcomeKey.ValueSet(outcome)); err != nil {
+		return nil, err
+	}
+	p.log.Info("host finished", "outcome", outcome)
+	return &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}, nil
+}
+
+// fail ends the workflow in the failed state with the reason: the failed step stays in
+// ProvisionStep, and the workflow's failure message says what went wrong.
+func (p *provisioner) fail(ctx workflow.Context, err error) error {
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return err
+	}
+	p.status.Outcome = OutcomeFailed
+	p.status.Message = reason(err)
+	if uerr := p.upsert(ctx, OutcomeKey.ValueSet(OutcomeFailed)); uerr != nil {
+		return uerr
+	}
+	p.log.Error("host failed", "error", p.status.Message)
+	return temporal.NewNonRetryableApplicationError(p.status.Message, ErrTypeProvisionFailed, err)
+}
+
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return fmt.Sprintf("step %s: %s", e.step, reason(e.err)) }
+func (e *stepError) Unwrap() error { return e.err }
+
+// reason digs the application error's own message out of Temporal's activity error wrapping.
+func reason(err error) string {
+	var se *stepError
+	if errors.As(err, &se) && se != err {
+		return se.Error()
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		if app.Type() != "" {
+			return fmt.Sprintf("%s (%s)", app.Message(), app.Type())
+		}
+		return app.Message()
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "timed out: " + timeout.Error()
+	}
+	return err.Error()
+}
+
+// stepOptions are each step's timeouts and retry budget. Budgets follow the Choria Provisioner's
+// (jwt 3, gen25519 5, inventory 5, configure 5, restart 3, shutdown 3) with more room where a
+// failure is likely transient, and backoff so a flapping host does not spin.
+func stepOptions(step string) workflow.ActivityOptions {
+	nonRetryable := []string{
+		activities.ErrTypeInvalidJWT, activities.ErrTypeBadSignature, activities.ErrTypeSigning,
+		activities.ErrTypeConfig, activities.ErrTypeNotProvisioning,
+	}
+	policy := &temporal.RetryPolicy{
+		InitialInterval:        time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        10 * time.Second,
+		MaximumAttempts:        5,
+		NonRetryableErrorTypes: nonRetryable,
+	}
+	opts := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: policy}
+	switch step {
+	case StepRestart, StepShutdown:
+		policy.MaximumAttempts = 3
+	case StepSign:
+		policy.MaximumAttempts = 2
+		opts.StartToCloseTimeout = 30 * time.Second
+	case StepHelper:
+		// the helper has its own timeout (helper_timeout); this only bounds a stuck worker
+		opts.StartToCloseTimeout = 5 * time.Minute
+	}
+	return opts
+}
