@@ -55,7 +55,7 @@ type replyDetails interface {
 
 func (a *Activities) logger(ctx context.Context, identity, step string) *zap.Logger {
 	info := activity.GetInfo(ctx)
-	return a.log.With(zap.String(logging.FieldIdentity, identity), zap.String(logging.FieldSite, a.cfg.Site),
+	return a.log.With(zap.String(logging.FieldIdentity, identity),
 		zap.String(logging.FieldStep, step), zap.Int32(logging.FieldAttempt, info.Attempt))
 }
 

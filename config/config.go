@@ -24,6 +24,10 @@ import (
 // PROVISIONER_TEMPORAL__ADDRESS sets temporal.address and PROVISIONER_JWT_SIGNING_KEY sets jwt_signing_key.
 const EnvPrefix = "PROVISIONER_"
 
+// CodecKeyEnv may hold the payload codec keys (hex, comma separated, active first) instead of
+// temporal.codec_key_file. It is read directly, so a key can never be written inline in YAML.
+const CodecKeyEnv = "PROVISIONER_CODEC_KEY"
+
 // ErrInvalid wraps every validation failure so callers can tell bad configuration from I/O errors.
 var ErrInvalid = errors.New("invalid configuration")
 
@@ -40,6 +44,11 @@ type Temporal struct {
 	Address   string `koanf:"address"`
 	Namespace string `koanf:"namespace"`
 	TaskQueue string `koanf:"task_queue"`
+	// CodecKeyFile holds the payload encryption keys, one hex key a line, active first. The key
+	// itself may instead come from the PROVISIONER_CODEC_KEY environment variable, never from YAML.
+	CodecKeyFile string `koanf:"codec_key_file"`
+	// Plaintext turns the payload codec off; for debugging only.
+	Plaintext bool `koanf:"plaintext"`
 }
 
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
@@ -229,6 +238,14 @@ func (c *Config) validate() error {
 		return invalid("helper", "%v", err)
 	}
 
+	if !c.Temporal.Plaintext && c.Temporal.CodecKeyFile == "" && os.Getenv(CodecKeyEnv) == "" {
+		return invalid("temporal.codec_key_file", "required (or %s, or temporal.plaintext: true): payloads carry secrets", CodecKeyEnv)
+	}
+	if c.Temporal.CodecKeyFile != "" {
+		if err := readable(c.Temporal.CodecKeyFile); err != nil {
+			return invalid("temporal.codec_key_file", "%v", err)
+		}
+	}
 	if c.Temporal.Address == "" {
 		return invalid("temporal.address", "must not be empty")
 	}

@@ -47,7 +47,9 @@ var _ tlog.Logger = Temporal{}
 var _ tlog.WithLogger = Temporal{}
 
 // NewTemporal wraps z.
-func NewTemporal(z *zap.Logger) Temporal { return Temporal{z: z.WithOptions(zap.AddCallerSkip(1)).Sugar()} }
+func NewTemporal(z *zap.Logger) Temporal {
+	return Temporal{z: z.WithOptions(zap.AddCallerSkip(1)).Sugar()}
+}
 
 func (t Temporal) Debug(msg string, kv ...any) { t.z.Debugw(msg, kv...) }
 func (t Temporal) Info(msg string, kv ...any)  { t.z.Infow(msg, kv...) }

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/choria-io/fisk"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/service"
+)
+
+// devCommand runs the embedded default: Temporal dev server with its Web UI, a Choria broker, the
+// provisioner, a demo fleet of real servers in provisioning mode and the example helper.
+type devCommand struct {
+	dir          string
+	servers      int
+	uiPort       int
+	temporalPort int
+	monitorPort  int
+	inMemory     bool
+	temporalBin  string
+}
+
+func (d *devCommand) register(app *fisk.Application) {
+	cmd := app.Command("dev", "Runs a complete local provisioning network and provisions a demo fleet")
+	cmd.Flag("dir", "State directory").Default(".state/dev").StringVar(&d.dir)
+	cmd.Flag("servers", "Demo fleet size").Default("10").IntVar(&d.servers)
+	cmd.Flag("ui-port", "Temporal Web UI port").Default("8233").IntVar(&d.uiPort)
+	cmd.Flag("temporal-port", "Temporal frontend port").Default("7233").IntVar(&d.temporalPort)
+	cmd.Flag("monitor-port", "Prometheus metrics port").Default("9464").IntVar(&d.monitorPort)
+	cmd.Flag("in-memory", "Keep Temporal's state in memory instead of the state directory").UnNegatableBoolVar(&d.inMemory)
+	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
+}
+
+func (d *devCommand) run(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if d.temporalBin == "" {
+		if d.temporalBin, err = devstack.FindTemporalBinary(); err != nil {
+			return err
+		}
+	}
+	dir, err := filepath.Abs(d.dir)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	fmt.Printf("Starting Temporal, the Choria broker and %d servers in %s ...\n", d.servers, dir)
+	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
+		Dir: dir, Self: self, TemporalBin: d.temporalBin, Servers: d.servers, Persist: !d.inMemory,
+		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort,
+	})
+	if err != nil {
+		return err
+	}
+	defer stack.Stop()
+
+	cfg, log, err := loadConfig(stack.ConfigFile, "", false)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	svc, err := service.New(cfg, log, service.Options{Worker: true, Discovery: true})
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf(`
+  Temporal Web UI   %s/namespaces/default/workflows
+  Temporal frontend %s   (temporal workflow list --address %s --query 'ProvisionOutcome="provisioned"')
+  Metrics           http://127.0.0.1:%d/metrics
+  Provisioner log   %s
+  Configuration     %s
+  Fleet             %s
+
+Press Ctrl-C to stop everything.
+`, stack.UIURL(), stack.Temporal.FrontendHostPort(), stack.Temporal.FrontendHostPort(), d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir)
+
+	go reportProgress(ctx, stack, started, log)
+	return svc.Run(ctx, nil)
+}
+
+// reportProgress prints once when every demo server has been provisioned.
+func reportProgress(ctx context.Context, stack *devstack.Stack, started time.Time, log *zap.Logger) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		done := 0
+		for _, m := range stack.Fleet.Members {
+			if devstack.Provisioned(m) {
+				done++
+			}
+		}
+		if done == len(stack.Fleet.Members) {
+			fmt.Printf("All %d demo servers provisioned in %.1fs (each holds a server.jwt and its written server.conf).\n", done, time.Since(started).Seconds())
+			log.Info("demo fleet provisioned", zap.Int("servers", done), zap.Duration("elapsed", time.Since(started)))
+			return
+		}
+	}
+}

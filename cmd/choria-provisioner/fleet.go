@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/choria-io/fisk"
+
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/examplehelper"
+)
+
+// fleetServerCommand runs one real go-choria server of the demo fleet; `dev` and the tests start
+// it, one process per server.
+type fleetServerCommand struct {
+	opts devstack.FleetServerOptions
+}
+
+func (f *fleetServerCommand) register(app *fisk.Application) {
+	cmd := app.Command("fleet-server", "Runs one Choria Server in provisioning mode (demo fleet)").Hidden()
+	cmd.Flag("identity", "Server identity").Required().StringVar(&f.opts.Identity)
+	cmd.Flag("config", "Server configuration file; written by provisioning").Required().StringVar(&f.opts.ConfigFile)
+	cmd.Flag("provisioning-jwt", "Provisioning JWT").Required().StringVar(&f.opts.ProvisioningJWT)
+	cmd.Flag("logfile", "Server log file").StringVar(&f.opts.LogFile)
+}
+
+func (f *fleetServerCommand) run(ctx context.Context) error {
+	return devstack.RunFleetServer(ctx, f.opts)
+}
+
+// exampleHelperCommand is the demo site's helper: the Choria Provisioner helper contract on
+// stdin and stdout.
+type exampleHelperCommand struct {
+	opts examplehelper.Options
+}
+
+func (h *exampleHelperCommand) register(app *fisk.Application) {
+	cmd := app.Command("example-helper", "Example provisioning helper for Organization Issuer mode (JSON on stdin and stdout)")
+	cmd.Flag("broker", "Broker URL provisioned servers connect to").Required().StringVar(&h.opts.BrokerURL)
+	cmd.Flag("issuer", "Organization Issuer public key (hex)").Required().StringVar(&h.opts.IssuerPublic)
+	cmd.Flag("loglevel", "Server log level").Default("info").StringVar(&h.opts.LogLevel)
+}
+
+func (h *exampleHelperCommand) run() error {
+	return examplehelper.Run(h.opts, os.Stdin, os.Stdout)
+}

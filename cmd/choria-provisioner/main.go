@@ -1,0 +1,54 @@
+// Command choria-provisioner provisions Choria Servers through Temporal workflows.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/choria-io/fisk"
+)
+
+// version is set at build time with -ldflags "-X main.version=..."
+var version = "development"
+
+func main() {
+	app := fisk.New("choria-provisioner", "Provisions Choria Servers, one durable Temporal workflow per host")
+	app.Version(version)
+
+	run := &runCommand{}
+	run.register(app)
+	dev := &devCommand{}
+	dev.register(app)
+	setup := &setupCommand{}
+	setup.register(app)
+	fleet := &fleetServerCommand{}
+	fleet.register(app)
+	helper := &exampleHelperCommand{}
+	helper.register(app)
+
+	cmd := app.MustParseWithUsage(os.Args[1:])
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	var err error
+	switch cmd {
+	case "run":
+		err = run.run(ctx)
+	case "dev":
+		err = dev.run(ctx)
+	case "setup":
+		err = setup.run(ctx)
+	case "fleet-server":
+		err = fleet.run(ctx)
+	case "example-helper":
+		err = helper.run()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/choria-io/fisk"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/service"
+)
+
+// runCommand is the Choria Provisioner's command line: run --config FILE --choria-config FILE
+// [--pid FILE] [--debug], and the default command.
+type runCommand struct {
+	config       string
+	choriaConfig string
+	pidFile      string
+	debug        bool
+	noDiscovery  bool
+	noWorker     bool
+}
+
+func (r *runCommand) register(app *fisk.Application) {
+	cmd := app.Command("run", "Runs the provisioner: Temporal worker and discovery").Default()
+	cmd.Flag("config", "Provisioner configuration file (the Choria Provisioner's YAML plus a temporal section)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&r.config)
+	cmd.Flag("choria-config", "Choria client configuration file").StringVar(&r.choriaConfig)
+	cmd.Flag("pid", "Write the process ID to this file").StringVar(&r.pidFile)
+	cmd.Flag("debug", "Log at debug level").UnNegatableBoolVar(&r.debug)
+	cmd.Flag("no-discovery", "Run only the Temporal worker").UnNegatableBoolVar(&r.noDiscovery)
+	cmd.Flag("no-worker", "Run only discovery").UnNegatableBoolVar(&r.noWorker)
+}
+
+func loadConfig(file, choriaConfig string, debug bool) (*config.Config, *zap.Logger, error) {
+	cfg, err := config.Load(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	if choriaConfig != "" {
+		cfg.ChoriaConfig = choriaConfig
+	}
+	if debug {
+		cfg.Loglevel = "debug"
+	}
+	log, err := logging.New(cfg.Loglevel, cfg.Logfile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, log.With(zap.String(logging.FieldSite, cfg.Site)), nil
+}
+
+func (r *runCommand) run(ctx context.Context) error {
+	cfg, log, err := loadConfig(r.config, r.choriaConfig, r.debug)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	if r.pidFile != "" {
+		if err := os.WriteFile(r.pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fmt.Errorf("writing pid file: %w", err)
+		}
+		defer os.Remove(r.pidFile)
+	}
+	svc, err := service.New(cfg, log, service.Options{Worker: !r.noWorker, Discovery: !r.noDiscovery})
+	if err != nil {
+		return err
+	}
+	log.Info("choria provisioner starting", zap.String("config", r.config), zap.String("temporal", cfg.Temporal.Address),
+		zap.String("task_queue", cfg.Temporal.TaskQueue), zap.Duration("interval", cfg.IntervalDuration))
+	return svc.Run(ctx, nil)
+}

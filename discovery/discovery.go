@@ -1,0 +1,179 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/choria-io/go-choria/inter"
+	"github.com/choria-io/go-choria/protocol"
+	"github.com/choria-io/go-choria/providers/discovery/broadcast"
+	"github.com/nats-io/nats.go"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// Starter is the part of the Temporal client discovery uses.
+type Starter interface {
+	SignalWithStartWorkflow(ctx context.Context, workflowID string, signalName string, signalArg any,
+		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+}
+
+// Options configure a Discoverer.
+type Options struct {
+	Interval          time.Duration
+	DiscoveryTimeout  time.Duration // how long a sweep listens for replies
+	Component         string        // lifecycle component of servers in provisioning mode
+	TaskQueue         string
+	Input             workflows.ProvisionInput // template: Identity and Source are set per sighting
+	StartConcurrency  int                      // signal-with-start calls in flight during a sweep
+	DisableEvents     bool
+	DisableBroadcasts bool
+}
+
+// Discoverer turns sightings into workflows.
+type Discoverer struct {
+	fw      inter.Framework
+	starter Starter
+	opts    Options
+	metrics *metrics.Metrics
+	log     *zap.Logger
+	now     func() time.Time
+}
+
+// New makes a Discoverer over a Choria client framework on the provisioning collective.
+func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, log *zap.Logger) *Discoverer {
+	if opts.StartConcurrency <= 0 {
+		opts.StartConcurrency = 16
+	}
+	if opts.DiscoveryTimeout <= 0 {
+		opts.DiscoveryTimeout = 2 * time.Second
+	}
+	return &Discoverer{fw: fw, starter: starter, opts: opts, metrics: m, log: log, now: time.Now}
+}
+
+// Run sweeps at start and every interval and listens for startup events, until ctx ends.
+func (d *Discoverer) Run(ctx context.Context) error {
+	if !d.opts.DisableEvents {
+		nc, err := d.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		sub, err := nc.QueueSubscribe(StartupSubject(d.opts.Component), EventQueueGroup, func(m *nats.Msg) {
+			d.HandleEvent(ctx, m.Data)
+		})
+		if err != nil {
+			return fmt.Errorf("subscribing to startup events: %w", err)
+		}
+		defer sub.Unsubscribe()
+		d.log.Info("listening for startup events", zap.String("subject", sub.Subject))
+	}
+
+	if d.opts.DisableBroadcasts {
+		<-ctx.Done()
+		return nil
+	}
+
+	ticker := time.NewTicker(d.opts.Interval)
+	defer ticker.Stop()
+	for {
+		if _, err := d.Sweep(ctx); err != nil && ctx.Err() == nil {
+			d.log.Error("discovery sweep failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func (d *Discoverer) connect(ctx context.Context) (*nats.Conn, error) {
+	conn, err := d.fw.NewConnector(ctx, d.fw.MiddlewareServers, "provisioner-events", d.fw.Logger("events"))
+	if err != nil {
+		return nil, fmt.Errorf("connecting for startup events: %w", err)
+	}
+	return conn.Nats(), nil
+}
+
+// Sweep runs one broadcast discovery and starts or signals a workflow for each host found.
+// It returns how many hosts it handed to Temporal.
+func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
+	d.metrics.DiscoverCycles.WithLabelValues(d.metrics.Site).Inc()
+	filter := protocol.NewFilter()
+	filter.AddAgentFilter(ProvisionAgent)
+	nodes, err := broadcast.New(d.fw).Discover(ctx, broadcast.Filter(filter), broadcast.Collective(ProvisioningCollective),
+		broadcast.Timeout(d.opts.DiscoveryTimeout), broadcast.Name("provisioner-discovery"))
+	if err != nil {
+		d.metrics.DiscoveryErrors.WithLabelValues(d.metrics.Site).Inc()
+		return 0, fmt.Errorf("broadcast discovery: %w", err)
+	}
+	d.log.Info("discovery sweep", zap.Int("found", len(nodes)))
+
+	sem := make(chan struct{}, d.opts.StartConcurrency)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	started := 0
+	for _, id := range nodes {
+		if err := workflows.ValidateIdentity(id); err != nil {
+			d.log.Warn("ignoring discovered node", zap.Error(err))
+			continue
+		}
+		d.metrics.Discovered.WithLabelValues(d.metrics.Site).Inc()
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(id string) {
+			defer func() { <-sem; wg.Done() }()
+			if err := d.Sighted(ctx, id, workflows.SourceDiscovery); err == nil {
+				mu.Lock()
+				started++
+				mu.Unlock()
+			}
+		}(id)
+	}
+	wg.Wait()
+	return started, nil
+}
+
+// HandleEvent handles one message from the startup subject. Anything that is not a startup event
+// of a valid identity is logged and dropped: it never becomes a workflow.
+func (d *Discoverer) HandleEvent(ctx context.Context, data []byte) {
+	id, err := ParseStartupEvent(data, d.opts.Component)
+	if err != nil {
+		d.log.Warn("dropping lifecycle event", zap.Error(err))
+		return
+	}
+	d.metrics.EventDiscovered.WithLabelValues(d.metrics.Site).Inc()
+	_ = d.Sighted(ctx, id, workflows.SourceEvent)
+}
+
+// Sighted starts the host's workflow, or signals it when it runs already.
+func (d *Discoverer) Sighted(ctx context.Context, identity, source string) error {
+	in := d.opts.Input
+	in.Identity = identity
+	in.Source = source
+	opts := client.StartWorkflowOptions{
+		ID:        workflows.WorkflowID(identity),
+		TaskQueue: d.opts.TaskQueue,
+		// a closed workflow (provisioned, failed, shut down) gets a new run: the host is back
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}
+	_, err := d.starter.SignalWithStartWorkflow(ctx, opts.ID, workflows.SeenSignal,
+		workflows.Sighting{Source: source, At: d.now().UTC()}, opts, workflows.WorkflowName, in)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			d.log.Error("could not start or signal workflow", zap.String(logging.FieldIdentity, identity), zap.Error(err))
+		}
+		return err
+	}
+	d.log.Debug("sighting handed to Temporal", zap.String(logging.FieldIdentity, identity), zap.String("source", source))
+	return nil
+}

@@ -1,0 +1,210 @@
+// Package service wires the provisioner process: the Choria client framework, the Temporal client
+// and worker, discovery and the metrics endpoint.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/choria-io/go-choria/choria"
+	cconfig "github.com/choria-io/go-choria/config"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sirupsen/logrus"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/discovery"
+	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// NewChoriaFramework connects as the provisioner: the Choria client config file, NATS user
+// "provisioner" with broker_provisioning_password, on the provisioning collective.
+func NewChoriaFramework(cfg *config.Config, log *zap.Logger) (*choria.Framework, error) {
+	if cfg.ChoriaConfig == "" {
+		return nil, fmt.Errorf("%w: choria_config: a Choria client configuration file is required", config.ErrInvalid)
+	}
+	// go-choria's choria security provider names a client after $USER and refuses to start
+	// without it; services under systemd have no $USER, and the caller ID comes from the JWT anyway.
+	if _, ok := os.LookupEnv("USER"); !ok {
+		_ = os.Setenv("USER", "choria-provisioner")
+	}
+	ccfg, err := cconfig.NewSystemConfig(cfg.ChoriaConfig, false)
+	if err != nil {
+		return nil, fmt.Errorf("choria_config %s: %w", cfg.ChoriaConfig, err)
+	}
+	if cfg.BrokerProvisioningPassword != "" {
+		ccfg.Choria.NatsUser = "provisioner"
+		ccfg.Choria.NatsPass = cfg.BrokerProvisioningPassword
+	}
+	ccfg.Collectives = []string{discovery.ProvisioningCollective}
+	ccfg.MainCollective = discovery.ProvisioningCollective
+	if ccfg.Identity == "" {
+		host, _ := os.Hostname()
+		ccfg.Identity = host
+	}
+	// go-choria logs through logrus; keep it quiet unless debugging, our own logs say what matters
+	l := logrus.New()
+	l.SetLevel(logrus.WarnLevel)
+	if strings.EqualFold(cfg.Loglevel, "debug") {
+		l.SetLevel(logrus.DebugLevel)
+	}
+	ccfg.CustomLogger = l
+	fw, err := choria.NewWithConfig(ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("choria framework: %w", err)
+	}
+	return fw, nil
+}
+
+// DataConverter returns the payload converter the config asks for: encrypting unless plaintext.
+func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, error) {
+	if cfg.Temporal.Plaintext {
+		return converter.GetDefaultDataConverter(), nil, nil
+	}
+	var keys []string
+	if env := os.Getenv(config.CodecKeyEnv); env != "" {
+		keys = strings.Split(env, ",")
+	} else {
+		var err error
+		if keys, err = codec.LoadKeyFile(cfg.Temporal.CodecKeyFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := codec.New(keys...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return codec.DataConverter(c), c, nil
+}
+
+// DialTemporal connects to the configured Temporal frontend.
+func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
+	dc, _, err := DataConverter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort:      cfg.Temporal.Address,
+		Namespace:     cfg.Temporal.Namespace,
+		Logger:        logging.NewTemporal(log.Named("temporal")),
+		DataConverter: dc,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
+	}
+	return c, nil
+}
+
+// Options choose which parts of the service run in this process.
+type Options struct {
+	Worker    bool
+	Discovery bool
+	Registry  *prometheus.Registry
+	// WorkerOptions override the Temporal worker's defaults (tests, tuning).
+	WorkerOptions *worker.Options
+}
+
+// Service is one provisioner process.
+type Service struct {
+	cfg     *config.Config
+	log     *zap.Logger
+	opts    Options
+	Metrics *metrics.Metrics
+	// MonitorAddress is where /metrics listens, once Run has started it.
+	MonitorAddress string
+}
+
+// New prepares a service; Run starts it.
+func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	m, err := metrics.New(opts.Registry, cfg.Site)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, log: log, opts: opts, Metrics: m}, nil
+}
+
+// WorkflowInput is the template every sighting starts a workflow with.
+func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
+	return workflows.ProvisionInput{
+		Site:       cfg.Site,
+		Features:   workflows.Features{JWT: cfg.Features.JWT, ED25519: cfg.Features.ED25519, PKI: cfg.Features.PKI},
+		DeferDelay: cfg.DeferDelayDuration,
+	}
+}
+
+// Run runs the worker and discovery until ctx ends.
+func (s *Service) Run(ctx context.Context, ready func()) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	if s.cfg.MonitorPort > 0 {
+		addr, err := metrics.Serve(ctx, fmt.Sprintf("%s:%d", s.cfg.MonitorAddress, s.cfg.MonitorPort), s.opts.Registry)
+		if err != nil {
+			return err
+		}
+		s.MonitorAddress = addr
+		s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
+	}
+
+	fw, err := NewChoriaFramework(s.cfg, s.log)
+	if err != nil {
+		return err
+	}
+	tc, err := DialTemporal(ctx, s.cfg, s.log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+
+	errc := make(chan error, 2)
+	if s.opts.Worker {
+		wo := worker.Options{}
+		if s.opts.WorkerOptions != nil {
+			wo = *s.opts.WorkerOptions
+		}
+		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
+		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+		w.RegisterActivity(activities.New(fw, s.cfg, s.Metrics, s.log))
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("starting Temporal worker: %w", err)
+		}
+		defer w.Stop()
+		s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
+	}
+	if s.opts.Discovery {
+		d := discovery.New(fw, tc, discovery.Options{
+			Interval:  s.cfg.IntervalDuration,
+			Component: s.cfg.LifecycleComponent,
+			TaskQueue: s.cfg.Temporal.TaskQueue,
+			Input:     WorkflowInput(s.cfg),
+		}, s.Metrics, s.log.Named("discovery"))
+		go func() { errc <- d.Run(ctx) }()
+	}
+	if ready != nil {
+		ready()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	}
+}
