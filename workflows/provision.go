@@ -174,24 +174,37 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 	return &activities.HelperOutput{}, nil
 }
 
-// step runs one activity with the step's options and records it in the timeline.
+// step runs one activity with the step's options and records each run in the timeline. Steps
+// with workflow-level attempts (the helper) retry here rather than in the activity, so every
+// failed attempt is its own ActivityTaskFailed event, visible in history with its reason.
 func (p *provisioner) step(ctx workflow.Context, step string, activity string, arg any, result any) error {
 	p.status.Step = step
-	p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
-	rec := &p.status.Timeline[len(p.status.Timeline)-1]
 	if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
 		return err
 	}
-
-	actx := workflow.WithActivityOptions(ctx, stepOptions(step))
-	err := workflow.ExecuteActivity(actx, activity, arg).Get(ctx, result)
-	rec.Ended = workflow.Now(ctx)
-	if err != nil {
+	opts, attempts := stepOptions(step)
+	actx := workflow.WithActivityOptions(ctx, opts)
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
+		rec := &p.status.Timeline[len(p.status.Timeline)-1]
+		err := workflow.ExecuteActivity(actx, activity, arg).Get(ctx, result)
+		rec.Ended = workflow.Now(ctx)
+		if err == nil {
+			return nil
+		}
 		rec.Error = reason(err)
 		p.status.LastError = rec.Error
-		return &stepError{step: step, err: err}
+		var app *temporal.ApplicationError
+		if attempt >= attempts || (errors.As(err, &app) && app.NonRetryable()) || temporal.IsCanceledError(err) {
+			return &stepError{step: step, err: err}
+		}
+		p.log.Warn("step failed, retrying", "step", step, "attempt", attempt, "error", rec.Error)
+		if err := workflow.Sleep(ctx, backoff); err != nil {
+			return err
+		}
+		backoff *= 2
 	}
-	return nil
 }
 
 func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
@@ -275,10 +288,11 @@ func reason(err error) string {
 	return err.Error()
 }
 
-// stepOptions are each step's timeouts and retry budget. Budgets follow the Choria Provisioner's
-// (jwt 3, gen25519 5, inventory 5, configure 5, restart 3, shutdown 3) with more room where a
-// failure is likely transient, and backoff so a flapping host does not spin.
-func stepOptions(step string) workflow.ActivityOptions {
+// stepOptions are each step's timeouts and retry budget, and how many times the workflow itself
+// runs the activity. Budgets follow the Choria Provisioner's (jwt 3, gen25519 5, inventory 5,
+// configure 5, restart 3, shutdown 3) with more room where a failure is likely transient, and
+// backoff so a flapping host does not spin.
+func stepOptions(step string) (workflow.ActivityOptions, int) {
 	nonRetryable := []string{
 		activities.ErrTypeInvalidJWT, activities.ErrTypeBadSignature, activities.ErrTypeSigning,
 		activities.ErrTypeConfig, activities.ErrTypeNotProvisioning,
@@ -298,8 +312,11 @@ func stepOptions(step string) workflow.ActivityOptions {
 		policy.MaximumAttempts = 2
 		opts.StartToCloseTimeout = 30 * time.Second
 	case StepHelper:
-		// the helper has its own timeout (helper_timeout); this only bounds a stuck worker
+		// the helper has its own timeout (helper_timeout); this only bounds a stuck worker.
+		// Its five attempts are run by the workflow so each failure is recorded (see step).
 		opts.StartToCloseTimeout = 5 * time.Minute
+		policy.MaximumAttempts = 1
+		return opts, 5
 	}
-	return opts
+	return opts, 1
 }

@@ -81,7 +81,7 @@ func (d *devCommand) run(ctx context.Context) error {
   Fleet             %s
 
 Press Ctrl-C to stop everything.
-`, stack.UIURL(), stack.Temporal.FrontendHostPort(), stack.Temporal.FrontendHostPort(), d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir)
+`, stack.UIURL(), stack.TemporalAddress, stack.TemporalAddress, d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir)
 
 	go reportProgress(ctx, stack, started, log)
 	return svc.Run(ctx, nil)

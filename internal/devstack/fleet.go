@@ -28,16 +28,17 @@ type Fleet struct {
 	Self    string // path of the choria-provisioner binary
 	Dir     string
 	JWTFile string
+	Prefix  string // prepended to every identity
 	mu      sync.Mutex
 	Members []*FleetMember
 }
 
 // Identity names demo server i.
-func Identity(i int) string { return fmt.Sprintf("node-%03d.demo.example", i) }
+func (f *Fleet) Identity(i int) string { return fmt.Sprintf("%snode-%03d.demo.example", f.Prefix, i) }
 
 // Start launches server i (identities are stable per index, so a restarted stack reuses them).
 func (f *Fleet) Start(i int) (*FleetMember, error) {
-	id := Identity(i)
+	id := f.Identity(i)
 	dir := filepath.Join(f.Dir, id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err

@@ -32,24 +32,31 @@ type StackOptions struct {
 	DeferDelay  string
 	TemporalOut io.Writer
 	LogLevel    string
+	// TemporalAddress uses a running Temporal instead of starting one (tests share one server).
+	TemporalAddress string
+	// IdentityPrefix keeps fleets of different tests apart in one Temporal namespace.
+	IdentityPrefix string
+	// TaskQueue defaults to choria-provisioner.
+	TaskQueue string
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
 // needs to work against them.
 type Stack struct {
-	Opts          StackOptions
-	Temporal      *testsuite.DevServer
-	Broker        *Broker
-	Creds         *Credentials
-	Fleet         *Fleet
-	ConfigFile    string // provisioner YAML
-	ClientConfig  string // Choria client config
-	CodecKeyFile  string
-	HelperCommand string
-	TaskQueue     string
-	ctx           context.Context
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
+	Opts            StackOptions
+	Temporal        *testsuite.DevServer // nil when StackOptions.TemporalAddress was given
+	TemporalAddress string
+	Broker          *Broker
+	Creds           *Credentials
+	Fleet           *Fleet
+	ConfigFile      string // provisioner YAML
+	ClientConfig    string // Choria client config
+	CodecKeyFile    string
+	HelperCommand   string
+	TaskQueue       string
+	ctx             context.Context
+	cancel          context.CancelFunc
+	wg              sync.WaitGroup
 }
 
 // StartStack brings up Temporal and the broker, writes the provisioner's configuration, and
@@ -64,7 +71,17 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
-	s := &Stack{Opts: o, TaskQueue: "choria-provisioner"}
+	if o.TaskQueue == "" {
+		o.TaskQueue = "choria-provisioner"
+	}
+	if o.UI && o.UIPort == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		o.UIPort = p
+	}
+	s := &Stack{Opts: o, TaskQueue: o.TaskQueue, TemporalAddress: o.TemporalAddress}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	brokerPort, err := FreePort()
@@ -88,9 +105,12 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if o.Persist {
 		dbFile = filepath.Join(o.Dir, "temporal.db")
 	}
-	s.Temporal, err = StartTemporal(ctx, TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour})
-	if err != nil {
-		return nil, err
+	if s.TemporalAddress == "" {
+		s.Temporal, err = StartTemporal(ctx, TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour})
+		if err != nil {
+			return nil, err
+		}
+		s.TemporalAddress = s.Temporal.FrontendHostPort()
 	}
 
 	s.Broker, err = StartBroker(s.ctx, &s.wg, o.Dir, brokerPort, s.Creds, "warn", filepath.Join(o.Dir, "broker.log"))
@@ -104,7 +124,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 
-	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT}
+	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix}
 	if err := s.Fleet.StartN(o.Servers); err != nil {
 		s.Stop()
 		return nil, err
@@ -179,7 +199,7 @@ temporal:
   task_queue: %s
   codec_key_file: %q
 `, interval, s.Opts.LogLevel, filepath.Join(s.Opts.Dir, "provisioner.log"), s.HelperCommand, c.Token, s.Opts.MonitorPort, c.ProvisioningPassword,
-		c.IssuerPublic, c.ProvisionerSeed, c.ProvisionerJWT, deferDelay, s.ClientConfig, s.Temporal.FrontendHostPort(), s.TaskQueue, s.CodecKeyFile)
+		c.IssuerPublic, c.ProvisionerSeed, c.ProvisionerJWT, deferDelay, s.ClientConfig, s.TemporalAddress, s.TaskQueue, s.CodecKeyFile)
 	return os.WriteFile(s.ConfigFile, []byte(yaml), 0o600)
 }
 
@@ -188,7 +208,7 @@ func (s *Stack) UIURL() string {
 	if !s.Opts.UI {
 		return ""
 	}
-	host, _, _ := strings.Cut(s.Temporal.FrontendHostPort(), ":")
+	host, _, _ := strings.Cut(s.TemporalAddress, ":")
 	return fmt.Sprintf("http://%s:%d", host, s.Opts.UIPort)
 }
 

@@ -1,0 +1,44 @@
+# The Temporal CLI (dev server + Web UI) lives in its own module, tools/go.mod: it cannot share
+# the main module's dependency graph (docs/architecture.md).
+BIN        := .bin
+PROVISIONER := $(BIN)/choria-provisioner
+TEMPORAL   := $(BIN)/temporal
+GO_TEST    ?= go test
+TEST_FLAGS ?= -count=1 -timeout 40m
+
+.PHONY: all build tools run test test-unit test-integration lint bench clean
+
+all: build
+
+$(TEMPORAL): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	go -C tools build -o ../$(TEMPORAL) github.com/temporalio/cli/cmd/temporal
+
+tools: $(TEMPORAL)
+
+build: tools
+	go build -o $(PROVISIONER) ./cmd/choria-provisioner
+
+## run: the embedded default — Temporal dev server with Web UI, broker, provisioner, demo fleet
+run: build
+	$(PROVISIONER) dev $(ARGS)
+
+## test: unit tests, then integration tests against real Temporal, broker and go-choria servers
+test: tools lint
+	$(GO_TEST) $(TEST_FLAGS) ./...
+
+test-unit:
+	$(GO_TEST) -short -count=1 ./...
+
+test-integration: tools
+	$(GO_TEST) $(TEST_FLAGS) -run Integration ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+bench: build
+	@echo "benchmarks arrive with the fleet simulator (issue 5)"
+
+clean:
+	rm -rf $(BIN) .state

@@ -1,0 +1,323 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/choria-io/tokens"
+	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/choria-temporal/provisioner/activities"
+)
+
+// fakeHost stands in for the activities: it records calls and answers from scripted replies.
+type fakeHost struct {
+	mu      sync.Mutex
+	calls   []string
+	helper  []activities.HelperOutput // one per helper call; the last repeats
+	failing map[string]error          // activity name -> error returned every time
+	flaky   map[string]int            // activity name -> number of leading failures
+	signed  activities.SignInput
+	conf    activities.ConfigureInput
+	helpIn  activities.HelperRequest
+}
+
+func (f *fakeHost) record(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, name)
+	if err, ok := f.failing[name]; ok {
+		return err
+	}
+	if f.flaky[name] > 0 {
+		f.flaky[name]--
+		return temporal.NewApplicationError("transient "+name, activities.ErrTypeRPC)
+	}
+	return nil
+}
+
+func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
+	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
+	reg(func(ctx context.Context, in activities.HostInput) (*activities.JWTResult, error) {
+		if err := f.record(activities.FetchJWTName); err != nil {
+			return nil, err
+		}
+		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}, nil
+	}, activities.FetchJWTName)
+	reg(func(ctx context.Context, in activities.HostInput) (*activities.ED25519Result, error) {
+		if err := f.record(activities.Gen25519Name); err != nil {
+			return nil, err
+		}
+		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}, nil
+	}, activities.Gen25519Name)
+	reg(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
+		if err := f.record(activities.InventoryName); err != nil {
+			return nil, err
+		}
+		return &activities.InventoryResult{Inventory: `{"version":"0.30.2"}`, Version: "0.30.2"}, nil
+	}, activities.InventoryName)
+	reg(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
+		if err := f.record(activities.RunHelperName); err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.helpIn = in
+		out := f.helper[0]
+		if len(f.helper) > 1 {
+			f.helper = f.helper[1:]
+		}
+		return &out, nil
+	}, activities.RunHelperName)
+	reg(func(ctx context.Context, in activities.SignInput) (string, error) {
+		if err := f.record(activities.SignServerJWTName); err != nil {
+			return "", err
+		}
+		f.signed = in
+		return "signed.jwt", nil
+	}, activities.SignServerJWTName)
+	reg(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
+		if err := f.record(activities.ConfigureName); err != nil {
+			return nil, err
+		}
+		f.conf = in
+		return &activities.MessageResult{Message: "Wrote 12 lines"}, nil
+	}, activities.ConfigureName)
+	reg(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
+		if err := f.record(activities.RestartName); err != nil {
+			return nil, err
+		}
+		return &activities.MessageResult{Message: "Restarting"}, nil
+	}, activities.RestartName)
+	reg(func(ctx context.Context, in activities.HostInput) (*activities.MessageResult, error) {
+		if err := f.record(activities.ShutdownName); err != nil {
+			return nil, err
+		}
+		return &activities.MessageResult{Message: "Shutting down"}, nil
+	}, activities.ShutdownName)
+}
+
+var configured = activities.HelperOutput{Configuration: map[string]string{"identity": "n1", "plugin.choria.server.provision": "false"}, Msg: "ok"}
+
+type ProvisionSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env  *testsuite.TestWorkflowEnvironment
+	host *fakeHost
+}
+
+func TestProvisionSuite(t *testing.T) { suite.Run(t, new(ProvisionSuite)) }
+
+func (s *ProvisionSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflowWithOptions(ProvisionHost, workflow.RegisterOptions{Name: WorkflowName})
+	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}}
+	s.host.register(s.env)
+}
+
+func input(f Features) ProvisionInput {
+	return ProvisionInput{Identity: "n1.example", Site: "lab", Features: f, Source: SourceDiscovery, DeferDelay: time.Minute}
+}
+
+func (s *ProvisionSuite) result() *ProvisionResult {
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().NoError(s.env.GetWorkflowError())
+	var res ProvisionResult
+	s.Require().NoError(s.env.GetWorkflowResult(&res))
+	return &res
+}
+
+func (s *ProvisionSuite) status() Status {
+	v, err := s.env.QueryWorkflow(StatusQuery)
+	s.Require().NoError(err)
+	var st Status
+	s.Require().NoError(v.Get(&st))
+	return st
+}
+
+func (s *ProvisionSuite) TestED25519RunsEveryStepInOrder() {
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	res := s.result()
+	s.Equal(OutcomeProvisioned, res.Outcome)
+	s.Equal([]string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
+		activities.SignServerJWTName, activities.ConfigureName, activities.RestartName}, s.host.calls)
+	s.Equal("signed.jwt", s.host.conf.ServerJWT)
+	s.Equal("pk", s.host.signed.PublicKey)
+	s.True(s.host.helpIn.HadToken, "the worker must restore the redacted token for the helper")
+	s.NotNil(s.host.helpIn.Input.ED25519PubKey)
+	s.Equal(`{"version":"0.30.2"}`, s.host.helpIn.Input.Inventory)
+
+	st := s.status()
+	s.Equal(OutcomeProvisioned, st.Outcome)
+	s.Equal(StepDone, st.Step)
+	s.Equal("0.30.2", st.ServerVersion)
+	s.Len(st.Timeline, 7)
+}
+
+func (s *ProvisionSuite) TestJWTOnlySkipsKeyAndSigning() {
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.result()
+	s.Equal([]string{activities.FetchJWTName, activities.InventoryName, activities.RunHelperName, activities.ConfigureName, activities.RestartName}, s.host.calls)
+	s.Empty(s.host.conf.ServerJWT)
+}
+
+func (s *ProvisionSuite) TestNoFeaturesStillInventoriesAndConfigures() {
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.result()
+	s.Equal([]string{activities.InventoryName, activities.RunHelperName, activities.ConfigureName, activities.RestartName}, s.host.calls)
+	s.Nil(s.host.helpIn.Input.JWT)
+}
+
+func (s *ProvisionSuite) TestDeferWaitsOnATimerAndRunsTheStepsAgain() {
+	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "not in CMDB yet"}, configured}
+	var during Status
+	s.env.RegisterDelayedCallback(func() { during = s.status() }, 30*time.Second)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(OutcomeDeferred, during.Outcome)
+	s.Equal(StepDeferred, during.Step)
+	s.Contains(during.Message, "not in CMDB yet")
+	s.Equal(2, countOf(s.host.calls, activities.RunHelperName))
+	s.Equal(1, s.status().Defers)
+}
+
+func (s *ProvisionSuite) TestShutdownCallsShutdownAndEnds() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	res := s.result()
+	s.Equal(OutcomeShutdown, res.Outcome)
+	s.Contains(res.Message, "decommissioned")
+	s.Equal(activities.ShutdownName, s.host.calls[len(s.host.calls)-1])
+	s.Zero(countOf(s.host.calls, activities.ConfigureName))
+}
+
+func (s *ProvisionSuite) TestPolicyFailureIsNotRetriedAndIsVisible() {
+	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError("provisioning JWT is not valid: bad signature", activities.ErrTypeInvalidJWT, nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.True(s.env.IsWorkflowCompleted())
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	var app *temporal.ApplicationError
+	s.Require().True(errors.As(err, &app))
+	s.Equal(ErrTypeProvisionFailed, app.Type())
+	s.Contains(app.Error(), "step jwt")
+	s.Contains(app.Error(), "bad signature")
+	s.Equal(1, countOf(s.host.calls, activities.FetchJWTName))
+	st := s.status()
+	s.Equal(OutcomeFailed, st.Outcome)
+	s.Equal(StepJWT, st.Step)
+}
+
+func (s *ProvisionSuite) TestTransientFailureRecoversByRetry() {
+	s.host.flaky[activities.InventoryName] = 2
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(3, countOf(s.host.calls, activities.InventoryName))
+}
+
+func (s *ProvisionSuite) TestRetryBudgetRunsOutThenFails() {
+	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeRPC)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.Require().Error(s.env.GetWorkflowError())
+	s.Equal(5, countOf(s.host.calls, activities.ConfigureName))
+	s.Zero(countOf(s.host.calls, activities.RestartName))
+	s.Contains(s.status().LastError, "no reply")
+}
+
+func (s *ProvisionSuite) TestTooManyDefersFail() {
+	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "later"}}
+	in := input(Features{})
+	in.MaxDefers = 3
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "deferred the host 3 times")
+}
+
+func (s *ProvisionSuite) TestLongDeferralContinuesAsNew() {
+	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "later"}}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	err := s.env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	s.Require().True(errors.As(err, &can), "got %v", err)
+	var next ProvisionInput
+	s.Require().NoError(converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	s.Equal(continueAsNewDefers, next.Defers)
+	s.Equal("n1.example", next.Identity)
+}
+
+func (s *ProvisionSuite) TestSightingsAreAbsorbed() {
+	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "wait"}, configured}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SeenSignal, Sighting{Source: SourceEvent, At: time.Unix(100, 0).UTC()})
+		s.env.SignalWorkflow(SeenSignal, Sighting{Source: SourceDiscovery, At: time.Unix(200, 0).UTC()})
+	}, 10*time.Second)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.result()
+	st := s.status()
+	s.Equal(3, st.Sightings)
+	s.Equal(time.Unix(200, 0).UTC(), st.LastSeen.UTC())
+}
+
+func (s *ProvisionSuite) TestInvalidIdentityIsRejected() {
+	in := input(Features{})
+	in.Identity = "bad>identity"
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "invalid identity")
+	s.Empty(s.host.calls)
+}
+
+func countOf(calls []string, name string) int {
+	n := 0
+	for _, c := range calls {
+		if c == name {
+			n++
+		}
+	}
+	return n
+}
+
+func TestValidateIdentity(t *testing.T) {
+	for _, bad := range []string{"", "a b", "a\x00b", "a*", "x.>", string(make([]byte, 300)), "tab\there"} {
+		require.Error(t, ValidateIdentity(bad), "%q", bad)
+	}
+	for _, good := range []string{"n1.example.net", "web-01", "host_1.dc2.example.com"} {
+		require.NoError(t, ValidateIdentity(good))
+	}
+	require.Equal(t, "provision:n1", WorkflowID("n1"))
+}
+
+func (s *ProvisionSuite) TestHelperFailuresAreEachRecordedThenRecover() {
+	s.host.flaky[activities.RunHelperName] = 2
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(3, countOf(s.host.calls, activities.RunHelperName))
+	var failed []string
+	for _, r := range s.status().Timeline {
+		if r.Step == StepHelper && r.Error != "" {
+			failed = append(failed, r.Error)
+		}
+	}
+	s.Len(failed, 2)
+	s.Contains(failed[0], "transient RunHelper")
+}
+
+func (s *ProvisionSuite) TestHelperGivesUpAfterFiveAttempts() {
+	s.host.failing[activities.RunHelperName] = temporal.NewApplicationError("helper exited with a non-zero status", activities.ErrTypeHelper)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "step helper")
+	s.Equal(5, countOf(s.host.calls, activities.RunHelperName))
+}
