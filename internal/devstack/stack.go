@@ -223,3 +223,6 @@ func (s *Stack) Stop() {
 		_ = s.Temporal.Stop()
 	}
 }
+
+// RewriteConfig writes the provisioner configuration again after Opts changed (tests swap the helper).
+func (s *Stack) RewriteConfig() error { return s.writeProvisionerConfig() }

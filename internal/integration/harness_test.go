@@ -1,0 +1,203 @@
+package integration
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choria-io/tokens"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+type env struct {
+	t      *testing.T
+	stack  *devstack.Stack
+	cfg    *config.Config
+	client client.Client
+}
+
+type envOptions struct {
+	servers int
+	helper  func(stack *devstack.Stack) string // helper command line; nil: the example helper
+}
+
+var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs the Temporal dev server, a broker and go-choria servers")
+	}
+	name := strings.ToLower(nonWord.ReplaceAllString(strings.TrimPrefix(t.Name(), "TestIntegration"), "-"))
+	dir := t.TempDir()
+	ctx := context.Background()
+	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
+		Dir: dir, Self: selfBinary, TemporalAddress: temporalAddress, Servers: 0,
+		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info",
+	})
+	require.NoError(t, err)
+	t.Cleanup(stack.Stop)
+	if o.helper != nil {
+		stack.Opts.Helper = o.helper(stack)
+		require.NoError(t, stack.RewriteConfig())
+	}
+	require.NoError(t, stack.Fleet.StartN(o.servers))
+
+	cfg, err := config.Load(stack.ConfigFile)
+	require.NoError(t, err)
+	dc, _, err := service.DataConverter(cfg)
+	require.NoError(t, err)
+	c, err := client.Dial(client.Options{HostPort: temporalAddress, DataConverter: dc, Logger: logging.NewTemporal(zap.NewNop())})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return &env{t: t, stack: stack, cfg: cfg, client: c}
+}
+
+// provisioner runs one provisioner replica in this process until the test ends.
+func (e *env) provisioner(name string) *service.Service {
+	e.t.Helper()
+	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, name+".log"))
+	require.NoError(e.t, err)
+	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), service.Options{Worker: true, Discovery: true, Registry: prometheus.NewRegistry()})
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() { done <- svc.Run(ctx, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		require.NoError(e.t, err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		e.t.Fatal("provisioner did not start")
+	}
+	e.t.Cleanup(func() { cancel(); <-done })
+	return svc
+}
+
+// waitProvisioned waits until every fleet member runs as a normal server on its written config.
+func (e *env) waitProvisioned(timeout time.Duration, members ...*devstack.FleetMember) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		for _, m := range members {
+			if !devstack.Provisioned(m) || !runningProvisioned(m) {
+				return false
+			}
+		}
+		return true
+	}, timeout, 200*time.Millisecond, "servers were not provisioned in time")
+}
+
+// runningProvisioned reads the server's status file: written by the restarted process, it says
+// whether it is out of provisioning mode and connected.
+func runningProvisioned(m *devstack.FleetMember) bool {
+	b, err := os.ReadFile(filepath.Join(m.Dir, "status.json"))
+	if err != nil {
+		return false
+	}
+	var st struct {
+		Identity         string `json:"identity"`
+		ConnectedServer  string `json:"connected_server"`
+		ProvisioningMode bool   `json:"provisioning_mode"`
+	}
+	return json.Unmarshal(b, &st) == nil && st.Identity == m.Identity && !st.ProvisioningMode && st.ConnectedServer != ""
+}
+
+// verifyServerJWT checks what the issue asks of every provisioned server: a server.jwt that
+// verifies against the Organization Issuer and matches the server's own seed.
+func (e *env) verifyServerJWT(m *devstack.FleetMember) {
+	e.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(m.Dir, "server.jwt"))
+	require.NoError(e.t, err)
+	unverified, err := tokens.ParseServerTokenUnverified(string(raw))
+	require.NoError(e.t, err)
+	issuerPub := ed25519.PublicKey(mustHex(e.t, e.stack.Creds.IssuerPublic))
+	ok, _, err := unverified.IsSignedByIssuer(issuerPub)
+	require.NoError(e.t, err)
+	require.True(e.t, ok, "%s: server.jwt does not chain to the issuer", m.Identity)
+	// with the issuer's key, go-choria verifies the signature through the chain
+	claims, err := tokens.ParseServerToken(string(raw), issuerPub)
+	require.NoError(e.t, err, "%s: server.jwt signature", m.Identity)
+	require.Equal(e.t, m.Identity, claims.ChoriaIdentity)
+	require.Equal(e.t, []string{"choria"}, claims.Collectives)
+	match, err := claims.IsMatchingSeedFile(filepath.Join(m.Dir, "server.seed"))
+	require.NoError(e.t, err)
+	require.True(e.t, match, "%s: server.jwt does not match server.seed", m.Identity)
+}
+
+// runs lists every workflow run of a host (visibility is eventually consistent: poll).
+func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExecutionsResponse {
+	e.t.Helper()
+	var last *workflowservice.ListWorkflowExecutionsResponse
+	require.Eventually(e.t, func() bool {
+		resp, err := e.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s'", workflows.WorkflowID(identity)),
+		})
+		if err != nil {
+			return false
+		}
+		last = resp
+		closed := 0
+		for _, ex := range resp.Executions {
+			if ex.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				closed++
+			}
+		}
+		return closed == want && len(resp.Executions) == want
+	}, 20*time.Second, 200*time.Millisecond, "%s: expected %d closed runs, last listing %v", identity, want, last)
+	return []*workflowservice.ListWorkflowExecutionsResponse{last}
+}
+
+func (e *env) history(identity string) []*historypb.HistoryEvent {
+	e.t.Helper()
+	it := e.client.GetWorkflowHistory(context.Background(), workflows.WorkflowID(identity), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var events []*historypb.HistoryEvent
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(e.t, err)
+		events = append(events, ev)
+	}
+	return events
+}
+
+// scheduled lists the activity types a history scheduled, in order.
+func scheduled(events []*historypb.HistoryEvent) []string {
+	var out []string
+	for _, ev := range events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			out = append(out, a.GetActivityType().GetName())
+		}
+	}
+	return out
+}
+
+func activityFailures(events []*historypb.HistoryEvent) []string {
+	var out []string
+	for _, ev := range events {
+		if a := ev.GetActivityTaskFailedEventAttributes(); a != nil {
+			out = append(out, a.GetFailure().GetMessage())
+		}
+	}
+	return out
+}

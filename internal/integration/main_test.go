@@ -1,0 +1,63 @@
+// Package integration runs the provisioner against real components over loopback: the Temporal
+// CLI's dev server, an in-process Choria broker and real go-choria servers in provisioning mode,
+// each in its own process. Skipped with -short.
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/choria-temporal/provisioner/internal/devstack"
+)
+
+// shared across the package: one Temporal server, one build of the binary
+var (
+	temporalAddress string
+	selfBinary      string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() || os.Getenv("SKIP_INTEGRATION") != "" {
+		return m.Run()
+	}
+	tmp, err := os.MkdirTemp("", "provisioner-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+
+	selfBinary = filepath.Join(tmp, "choria-provisioner")
+	build := exec.Command("go", "build", "-o", selfBinary, "./cmd/choria-provisioner")
+	build.Dir = filepath.Join("..", "..")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building choria-provisioner:", err)
+		return 1
+	}
+
+	bin, err := devstack.FindTemporalBinary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	srv, err := devstack.StartTemporal(context.Background(), devstack.TemporalOptions{Binary: bin, Output: io.Discard})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Stop()
+	temporalAddress = srv.FrontendHostPort()
+	return m.Run()
+}

@@ -1,0 +1,117 @@
+package integration
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/devstack"
+)
+
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	require.NoError(t, err)
+	return b
+}
+
+var fullFlow = []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
+	activities.SignServerJWTName, activities.ConfigureName, activities.RestartName}
+
+// Five real go-choria servers in provisioning mode are found by discovery and provisioned, each
+// by exactly one workflow whose history shows the steps.
+func TestIntegrationProvisionFleet(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 5})
+	start := time.Now()
+	svc := e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	t.Logf("5 servers provisioned and restarted in %v", time.Since(start))
+
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+		e.runs(m.Identity, 1)
+		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
+	}
+	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
+	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
+	require.GreaterOrEqual(t, testutil.ToFloat64(svc.Metrics.Discovered.WithLabelValues("dev")), 5.0)
+	require.Equal(t, 5, testutil.CollectAndCount(svc.Metrics.RPCTime, "choria_provisioner_rpc_time"))
+}
+
+// One host's helper defers, then exits 1, then prints garbage: that host recovers by retry in
+// its own workflow without waiting for a discovery sweep, the reasons are in its history, and the
+// other hosts see none of it.
+func TestIntegrationHelperFailsOnceForOneHost(t *testing.T) {
+	var flaky string
+	e := newEnv(t, envOptions{servers: 3, helper: func(s *devstack.Stack) string {
+		flaky = s.Fleet.Identity(1)
+		script := filepath.Join(s.Opts.Dir, "flaky-helper.sh")
+		body := fmt.Sprintf(`#!/bin/sh
+# defer, then exit 1, then garbage, then the real helper, for %[1]s only
+input=$(cat)
+case "$input" in
+*'"identity":"%[1]s"'*)
+  n=$(cat %[2]s/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[2]s/count
+  case $n in
+  1) echo '{"defer":true,"msg":"waiting for the CMDB"}'; exit 0;;
+  2) echo "CA unreachable" >&2; exit 1;;
+  3) echo 'this is not json'; exit 0;;
+  esac;;
+esac
+printf '%%s' "$input" | %[3]s
+`, flaky, s.Opts.Dir, s.HelperCommand)
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	start := time.Now()
+	e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	elapsed := time.Since(start)
+	t.Logf("all provisioned in %v, flaky host included", elapsed)
+	require.Less(t, elapsed, e.cfg.IntervalDuration, "recovery must not wait for the next discovery sweep")
+
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+		e.runs(m.Identity, 1)
+		hist := e.history(m.Identity)
+		if m.Identity != flaky {
+			require.Equal(t, fullFlow, scheduled(hist), m.Identity)
+			require.Empty(t, activityFailures(hist), m.Identity)
+			continue
+		}
+		failures := activityFailures(hist)
+		require.Len(t, failures, 2, "%v", failures)
+		require.Contains(t, failures[0], "non-zero status")
+		require.Contains(t, failures[0], "CA unreachable")
+		require.Contains(t, failures[1], "not a JSON object")
+		timers := 0
+		for _, ev := range hist {
+			if ev.GetTimerStartedEventAttributes() != nil {
+				timers++
+			}
+		}
+		require.GreaterOrEqual(t, timers, 1, "the defer must wait on a durable timer")
+	}
+}
+
+// Two replicas run discovery and workers at once: every host is provisioned exactly once.
+func TestIntegrationTwoReplicasProvisionEachHostOnce(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 5})
+	a := e.provisioner("replica-a")
+	b := e.provisioner("replica-b")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+		e.runs(m.Identity, 1)
+		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
+	}
+	total := testutil.ToFloat64(a.Metrics.Provisioned.WithLabelValues("dev")) + testutil.ToFloat64(b.Metrics.Provisioned.WithLabelValues("dev"))
+	require.Equal(t, 5.0, total, "restart ran once per host across both replicas")
+}
