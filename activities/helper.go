@@ -59,7 +59,7 @@ func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error
 	// After the kill, stop waiting for pipes that an escaped grandchild may still hold open.
 	cmd.WaitDelay = time.Second
 	cmd.Stdin = bytes.NewReader(in)
-	stdout := &capped{limit: limit}
+	stdout := &capped{limit: limit, stop: true}
 	stderr := &capped{limit: helperStderrLimit}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
@@ -114,22 +114,25 @@ func stderrNote(c *capped) string {
 	return "; stderr: " + s
 }
 
-// capped keeps the first limit bytes and drops the rest, remembering that it did.
+// capped keeps the first limit bytes and drops the rest, remembering that it did. With stop it
+// fails the write instead, which closes the pipe so a runaway helper dies of SIGPIPE at once.
 type capped struct {
 	buf      bytes.Buffer
 	limit    int
+	stop     bool
 	overflow bool
 }
 
+var errOverflow = errors.New("output limit reached")
+
 func (c *capped) Write(p []byte) (int, error) {
 	room := c.limit - c.buf.Len()
-	if room <= 0 {
-		c.overflow = c.overflow || len(p) > 0
-		return len(p), nil
-	}
 	if len(p) > room {
-		c.buf.Write(p[:room])
+		c.buf.Write(p[:max(room, 0)])
 		c.overflow = true
+		if c.stop {
+			return max(room, 0), errOverflow
+		}
 		return len(p), nil
 	}
 	return c.buf.Write(p)

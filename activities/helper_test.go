@@ -1,0 +1,93 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func script(t *testing.T, body string) []string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "helper.sh")
+	require.NoError(t, os.WriteFile(f, []byte("#!/bin/sh\n"+body+"\n"), 0o755))
+	return []string{f}
+}
+
+func runHelper(t *testing.T, body string, timeout time.Duration) (*HelperOutput, error) {
+	t.Helper()
+	h := &HelperRunner{Command: script(t, body), Timeout: timeout}
+	return h.Run(context.Background(), HelperInput{Identity: "n1.example", Inventory: `{"version":"1"}`})
+}
+
+func TestHelperContractInputAndOutput(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "stdin.json")
+	out, err := runHelper(t, fmt.Sprintf(`cat > %s
+echo '{"defer":false,"msg":"ok","configuration":{"identity":"n1.example"},"server_claims":{"exp":1900000000,"collectives":["c1"]}}'`, in), 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "ok", out.Msg)
+	require.Equal(t, "n1.example", out.Configuration["identity"])
+	require.Equal(t, []string{"c1"}, out.ServerClaims.Collectives)
+	require.EqualValues(t, 1900000000, out.ServerClaims.ExpiresAt.Unix())
+
+	got, err := os.ReadFile(in)
+	require.NoError(t, err)
+	// the Choria Provisioner's input keys, with null for features that are off
+	require.JSONEq(t, `{"identity":"n1.example","csr":null,"ed25519_pubkey":null,"inventory":"{\"version\":\"1\"}","jwt":null}`, string(got))
+}
+
+func TestHelperFailuresAreDistinct(t *testing.T) {
+	cases := []struct {
+		body string
+		want error
+		text string
+	}{
+		{"echo 'no CA' >&2; exit 3", ErrHelperExit, "no CA"},
+		{"exit 0", ErrHelperEmpty, ""},
+		{"echo '   '", ErrHelperEmpty, ""},
+		{"echo 'garbage'", ErrHelperDecode, "garbage"},
+		{`echo '{"defer":true} {"x":1}'`, ErrHelperDecode, "trailing"},
+		{`echo '["a"]'`, ErrHelperDecode, ""},
+		{"head -c 5000000 /dev/zero | tr '\\0' 'a'", ErrHelperTooLarge, ""},
+	}
+	for _, c := range cases {
+		_, err := runHelper(t, c.body, 5*time.Second)
+		require.ErrorIs(t, err, c.want, c.body)
+		require.Contains(t, err.Error(), c.text, c.body)
+	}
+}
+
+func TestHelperTimeoutKillsTheProcessGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	start := time.Now()
+	_, err := runHelper(t, fmt.Sprintf("sleep 60 & echo $! > %s; wait", pidFile), 500*time.Millisecond)
+	require.ErrorIs(t, err, ErrHelperTimeout)
+	require.Less(t, time.Since(start), 10*time.Second)
+
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	var pid int
+	_, err = fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }, 5*time.Second, 50*time.Millisecond,
+		"the helper's child must die with it")
+}
+
+func TestHelperOutputThatNeverEndsIsCutOff(t *testing.T) {
+	_, err := runHelper(t, "yes", 2*time.Second)
+	require.Error(t, err)
+	require.True(t, errors.Is(err, ErrHelperTimeout) || errors.Is(err, ErrHelperTooLarge), "%v", err)
+}
+
+func TestHelperReplyAfterTheTimeoutIsNotUsed(t *testing.T) {
+	_, err := runHelper(t, `sleep 2; echo '{"configuration":{"a":"b"}}'`, 300*time.Millisecond)
+	require.ErrorIs(t, err, ErrHelperTimeout)
+}

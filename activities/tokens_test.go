@@ -1,0 +1,167 @@
+package activities
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/choria-io/tokens"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+)
+
+func provisioningJWT(t *testing.T, key any) string {
+	t.Helper()
+	claims, err := tokens.NewProvisioningClaims(true, true, "s3cret", "", "", []string{"nats://127.0.0.1:4222"}, "", "", "", "choria", "", time.Hour)
+	require.NoError(t, err)
+	signed, err := tokens.SignToken(claims, key)
+	require.NoError(t, err)
+	return signed
+}
+
+func TestVerifyProvisioningJWTWithEd25519Issuer(t *testing.T) {
+	pub, pri, _ := ed25519.GenerateKey(rand.Reader)
+	raw := provisioningJWT(t, pri)
+	claims, err := VerifyProvisioningJWT(raw, hex.EncodeToString(pub))
+	require.NoError(t, err)
+	require.Equal(t, "s3cret", claims.Token)
+
+	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	_, err = VerifyProvisioningJWT(raw, hex.EncodeToString(other))
+	require.ErrorIs(t, err, ErrInvalidJWT)
+	_, err = VerifyProvisioningJWT("", hex.EncodeToString(pub))
+	require.ErrorIs(t, err, ErrInvalidJWT)
+	_, err = VerifyProvisioningJWT(raw[:len(raw)-4]+"AAAA", hex.EncodeToString(pub))
+	require.ErrorIs(t, err, ErrInvalidJWT)
+}
+
+func TestVerifyProvisioningJWTWithRSAFile(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "public.pem")
+	require.NoError(t, os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644))
+	_, err = VerifyProvisioningJWT(provisioningJWT(t, key), file)
+	require.NoError(t, err)
+}
+
+func TestExpiredProvisioningJWTIsRejected(t *testing.T) {
+	pub, pri, _ := ed25519.GenerateKey(rand.Reader)
+	claims, err := tokens.NewProvisioningClaims(true, true, "t", "", "", []string{"nats://x:1"}, "", "", "", "choria", "", time.Hour)
+	require.NoError(t, err)
+	claims.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Minute))
+	raw, err := tokens.SignToken(claims, pri)
+	require.NoError(t, err)
+	_, err = VerifyProvisioningJWT(raw, hex.EncodeToString(pub))
+	require.ErrorIs(t, err, ErrInvalidJWT)
+}
+
+func TestNonceSignature(t *testing.T) {
+	pub, pri, _ := ed25519.GenerateKey(rand.Reader)
+	sig := ed25519.Sign(pri, []byte("nonce-1"))
+	require.NoError(t, VerifyNonceSignature(hex.EncodeToString(pub), hex.EncodeToString(sig), "nonce-1"))
+	require.ErrorIs(t, VerifyNonceSignature(hex.EncodeToString(pub), hex.EncodeToString(sig), "nonce-2"), ErrBadNonce)
+	require.ErrorIs(t, VerifyNonceSignature("zz", hex.EncodeToString(sig), "nonce-1"), ErrBadNonce)
+	require.ErrorIs(t, VerifyNonceSignature(hex.EncodeToString(pub), "not-hex", "nonce-1"), ErrBadNonce)
+}
+
+// signerFixture is an issuer, and a provisioner chain-issuer token signed by it.
+type signerFixture struct {
+	issuerPub ed25519.PublicKey
+	seedFile  string
+	tokenFile string
+	serverPub ed25519.PublicKey
+}
+
+func newSignerFixture(t *testing.T, validity time.Duration, chain bool) signerFixture {
+	t.Helper()
+	dir := t.TempDir()
+	issuerPub, issuerPri, _ := ed25519.GenerateKey(rand.Reader)
+	provPub, provPri, _ := ed25519.GenerateKey(rand.Reader)
+	claims, err := tokens.NewClientIDClaims("provisioner", nil, "choria", nil, "", "", validity, &tokens.ClientPermissions{ServerProvisioner: true}, provPub)
+	require.NoError(t, err)
+	if chain {
+		require.NoError(t, claims.AddOrgIssuerData(issuerPri))
+	}
+	tok, err := tokens.SignToken(claims, issuerPri)
+	require.NoError(t, err)
+	f := signerFixture{issuerPub: issuerPub, seedFile: filepath.Join(dir, "signer.seed"), tokenFile: filepath.Join(dir, "signer.jwt")}
+	require.NoError(t, os.WriteFile(f.seedFile, []byte(hex.EncodeToString(provPri.Seed())), 0o600))
+	require.NoError(t, os.WriteFile(f.tokenFile, []byte(tok), 0o600))
+	f.serverPub, _, _ = ed25519.GenerateKey(rand.Reader)
+	return f
+}
+
+func TestServerJWTChainsToTheIssuer(t *testing.T) {
+	f := newSignerFixture(t, 5*365*24*time.Hour, true)
+	s := &ServerJWTSigner{SigningKey: f.seedFile, SigningToken: f.tokenFile, DefaultValidity: 365 * 24 * time.Hour}
+	exp := time.Now().Add(30 * 24 * time.Hour).Truncate(time.Second)
+	signed, err := s.Sign(SignInput{
+		Identity: "n1.example", PublicKey: hex.EncodeToString(f.serverPub),
+		Config: map[string]string{"plugin.security.provider": "choria"},
+		Claims: &ServerClaims{ExpiresAt: jwt.NewNumericDate(exp), OrganizationUnit: "choria", Permissions: &tokens.ServerPermissions{Submission: true},
+			AdditionalPublishSubjects: []string{"custom.registration"}},
+	})
+	require.NoError(t, err)
+	claims, err := tokens.ParseServerToken(signed, f.issuerPub)
+	require.NoError(t, err)
+	require.Equal(t, "n1.example", claims.ChoriaIdentity)
+	require.Equal(t, []string{"choria"}, claims.Collectives)
+	require.True(t, claims.Permissions.Submission)
+	require.Equal(t, []string{"custom.registration"}, claims.AdditionalPublishSubjects)
+	require.WithinDuration(t, exp, claims.ExpiresAt.Time, 2*time.Second)
+	ok, err := claims.IsMatchingPublicKey(f.serverPub)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func TestServerJWTDefaults(t *testing.T) {
+	f := newSignerFixture(t, 5*365*24*time.Hour, true)
+	s := &ServerJWTSigner{SigningKey: f.seedFile, SigningToken: f.tokenFile, DefaultValidity: 365 * 24 * time.Hour}
+	// no claims, no provider: the mcollective collective; an expiry within the hour means the default
+	signed, err := s.Sign(SignInput{Identity: "n1", PublicKey: hex.EncodeToString(f.serverPub), Config: map[string]string{},
+		Claims: &ServerClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(10 * time.Minute))}})
+	require.NoError(t, err)
+	claims, err := tokens.ParseServerToken(signed, f.issuerPub)
+	require.NoError(t, err)
+	require.Equal(t, []string{"mcollective"}, claims.Collectives)
+	require.WithinDuration(t, time.Now().Add(365*24*time.Hour), claims.ExpiresAt.Time, time.Minute)
+
+	signed, err = s.Sign(SignInput{Identity: "n1", PublicKey: hex.EncodeToString(f.serverPub), Config: map[string]string{"collectives": "a, b"}})
+	require.NoError(t, err)
+	claims, err = tokens.ParseServerToken(signed, f.issuerPub)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, claims.Collectives)
+}
+
+func TestServerJWTErrors(t *testing.T) {
+	f := newSignerFixture(t, 5*365*24*time.Hour, true)
+	pk := hex.EncodeToString(f.serverPub)
+	s := &ServerJWTSigner{SigningKey: f.seedFile, SigningToken: f.tokenFile, DefaultValidity: 365 * 24 * time.Hour}
+
+	_, err := s.Sign(SignInput{Identity: "n1", PublicKey: "zz"})
+	require.ErrorIs(t, err, ErrSigning)
+
+	_, err = s.Sign(SignInput{Identity: "n1", PublicKey: pk, Claims: &ServerClaims{Collectives: []string{"bad.collective"}}})
+	require.ErrorContains(t, err, "collective")
+
+	_, err = s.Sign(SignInput{Identity: "n1", PublicKey: pk, Claims: &ServerClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(10 * 365 * 24 * time.Hour))}})
+	require.ErrorContains(t, err, "after jwt_signing_token itself")
+
+	unchained := newSignerFixture(t, time.Hour*24*365*5, false)
+	s2 := &ServerJWTSigner{SigningKey: unchained.seedFile, SigningToken: unchained.tokenFile, DefaultValidity: 365 * 24 * time.Hour}
+	_, err = s2.Sign(SignInput{Identity: "n1", PublicKey: pk})
+	require.ErrorIs(t, err, ErrNoChainSignature)
+
+	s3 := &ServerJWTSigner{SigningKey: "", DefaultValidity: time.Hour * 2}
+	_, err = s3.Sign(SignInput{Identity: "n1", PublicKey: pk})
+	require.ErrorContains(t, err, "jwt_signing_key")
+}
