@@ -80,9 +80,18 @@ func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error
 		return nil, fmt.Errorf("%w: %v", ErrHelperStart, err)
 	}
 
-	out := bytes.TrimSpace(stdout.buf.Bytes())
+	res, err := DecodeHelperOutput(stdout.buf.Bytes())
+	if errors.Is(err, ErrHelperEmpty) {
+		return nil, fmt.Errorf("%w%s", err, stderrNote(stderr))
+	}
+	return res, err
+}
+
+// DecodeHelperOutput parses a helper's stdout: exactly one JSON object.
+func DecodeHelperOutput(raw []byte) (*HelperOutput, error) {
+	out := bytes.TrimSpace(raw)
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w%s", ErrHelperEmpty, stderrNote(stderr))
+		return nil, ErrHelperEmpty
 	}
 	res := &HelperOutput{}
 	dec := json.NewDecoder(bytes.NewReader(out))

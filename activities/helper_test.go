@@ -91,3 +91,20 @@ func TestHelperReplyAfterTheTimeoutIsNotUsed(t *testing.T) {
 	_, err := runHelper(t, `sleep 2; echo '{"configuration":{"a":"b"}}'`, 300*time.Millisecond)
 	require.ErrorIs(t, err, ErrHelperTimeout)
 }
+
+func FuzzDecodeHelperOutput(f *testing.F) {
+	f.Add([]byte(`{"defer":false,"msg":"ok","configuration":{"identity":"n1"},"server_claims":{"exp":1900000000}}`))
+	f.Add([]byte(`{"defer":true,"msg":"later"}`))
+	f.Add([]byte(`{"shutdown":true}`))
+	f.Add([]byte(`garbage`))
+	f.Add([]byte(`{"configuration":{"a":1}}`))
+	f.Add([]byte(`{} {}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := DecodeHelperOutput(data)
+		if err != nil {
+			require.True(t, errors.Is(err, ErrHelperDecode) || errors.Is(err, ErrHelperEmpty), "%v", err)
+			return
+		}
+		require.NotNil(t, out)
+	})
+}

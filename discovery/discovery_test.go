@@ -1,0 +1,121 @@
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/choria-io/go-choria/lifecycle"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+func startupEvent(t testing.TB, identity, component string) []byte {
+	t.Helper()
+	ev, err := lifecycle.New(lifecycle.Startup, lifecycle.Identity(identity), lifecycle.Component(component), lifecycle.Version("0.30.2"))
+	require.NoError(t, err)
+	j, err := json.Marshal(ev)
+	require.NoError(t, err)
+	return j
+}
+
+func TestParseStartupEvent(t *testing.T) {
+	id, err := ParseStartupEvent(startupEvent(t, "n1.example", "provision_mode_server"), "provision_mode_server")
+	require.NoError(t, err)
+	require.Equal(t, "n1.example", id)
+}
+
+func TestHostileEventsAreRejected(t *testing.T) {
+	shutdown, err := lifecycle.New(lifecycle.Shutdown, lifecycle.Identity("n1"), lifecycle.Component("provision_mode_server"))
+	require.NoError(t, err)
+	shutdownJSON, _ := json.Marshal(shutdown)
+	cases := map[string][]byte{
+		"not json":        []byte("not json at all"),
+		"empty":           {},
+		"wrong type":      shutdownJSON,
+		"wrong component": startupEvent(t, "n1", "server"),
+		"empty identity":  startupEvent(t, "", "provision_mode_server"),
+		"10kB identity":   startupEvent(t, strings.Repeat("a", 10<<10), "provision_mode_server"),
+		"control chars":   startupEvent(t, "n1\x07\x1b[2J", "provision_mode_server"),
+		"wildcard":        startupEvent(t, "n1.*", "provision_mode_server"),
+		"full wildcard":   startupEvent(t, ">", "provision_mode_server"),
+		"space":           startupEvent(t, "n1 n2", "provision_mode_server"),
+		"huge":            append([]byte(`{"protocol":"io.choria.lifecycle.v1.startup","identity":"`), append([]byte(strings.Repeat("x", 1<<20)), []byte(`"}`)...)...),
+		"json array":      []byte(`[1,2,3]`),
+	}
+	for name, data := range cases {
+		_, err := ParseStartupEvent(data, "provision_mode_server")
+		require.ErrorIs(t, err, ErrBadEvent, name)
+	}
+}
+
+func FuzzParseStartupEvent(f *testing.F) {
+	f.Add(startupEvent(f, "n1.example", "provision_mode_server"))
+	f.Add([]byte(`{"protocol":"io.choria.lifecycle.v1.startup","identity":"x","component":"provision_mode_server"}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		id, err := ParseStartupEvent(data, "provision_mode_server")
+		if err == nil {
+			require.NoError(t, workflows.ValidateIdentity(id))
+		} else {
+			require.ErrorIs(t, err, ErrBadEvent)
+		}
+	})
+}
+
+type recordingStarter struct {
+	mu    sync.Mutex
+	calls []client.StartWorkflowOptions
+	args  []workflows.ProvisionInput
+	err   error
+}
+
+func (r *recordingStarter) SignalWithStartWorkflow(ctx context.Context, id, signal string, arg any, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, opts)
+	r.args = append(r.args, args[0].(workflows.ProvisionInput))
+	return nil, r.err
+}
+
+func newTestDiscoverer(t *testing.T, s Starter) (*Discoverer, *metrics.Metrics) {
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	d := New(nil, s, Options{Interval: time.Minute, Component: "provision_mode_server", TaskQueue: "tq",
+		Input: workflows.ProvisionInput{Site: "lab", Features: workflows.Features{JWT: true}}}, m, zap.NewNop())
+	return d, m
+}
+
+func TestEventBecomesSignalWithStart(t *testing.T) {
+	s := &recordingStarter{}
+	d, m := newTestDiscoverer(t, s)
+	d.HandleEvent(context.Background(), startupEvent(t, "n1.example", "provision_mode_server"))
+	d.HandleEvent(context.Background(), []byte("garbage"))
+	require.Len(t, s.calls, 1)
+	require.Equal(t, workflows.WorkflowID("n1.example"), s.calls[0].ID)
+	require.Equal(t, "tq", s.calls[0].TaskQueue)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, s.calls[0].WorkflowIDReusePolicy)
+	require.Equal(t, "n1.example", s.args[0].Identity)
+	require.Equal(t, workflows.SourceEvent, s.args[0].Source)
+	require.Equal(t, "lab", s.args[0].Site)
+	require.True(t, s.args[0].Features.JWT)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.EventDiscovered.WithLabelValues("lab")))
+}
+
+func TestStartFailureIsReturned(t *testing.T) {
+	s := &recordingStarter{err: errors.New("temporal unavailable")}
+	d, _ := newTestDiscoverer(t, s)
+	require.ErrorContains(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery), "temporal unavailable")
+}
