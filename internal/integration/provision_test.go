@@ -39,6 +39,7 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 		e.runs(m.Identity, 1)
 		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
 	}
+	e.writeReplayHistory(e.stack.Fleet.Members[0].Identity)
 	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
 	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
 	require.GreaterOrEqual(t, testutil.ToFloat64(svc.Metrics.Discovered.WithLabelValues("dev")), 5.0)

@@ -1,0 +1,48 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/proxy"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/choria-temporal/provisioner/internal/service"
+)
+
+// writeReplayHistory saves one host's history, payloads decrypted and signed JWTs replaced, as the
+// fixture that workflows' replay test checks every future workflow change against. It runs only
+// when WRITE_REPLAY_HISTORY names the output file.
+func (e *env) writeReplayHistory(identity string) {
+	out := os.Getenv("WRITE_REPLAY_HISTORY")
+	if out == "" {
+		return
+	}
+	_, c, err := service.DataConverter(e.cfg)
+	require.NoError(e.t, err)
+	hist := &historypb.History{Events: e.history(identity)}
+	err = proxy.VisitPayloads(context.Background(), hist, proxy.VisitPayloadsOptions{
+		Visitor: func(_ *proxy.VisitPayloadsContext, ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
+			dec, err := c.Decode(ps)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range dec {
+				if bytes.HasPrefix(p.Data, []byte(`"eyJ`)) {
+					p.Data = []byte(`"redacted-signed-jwt"`)
+				}
+			}
+			return dec, nil
+		},
+		SkipSearchAttributes: true,
+	})
+	require.NoError(e.t, err)
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(hist)
+	require.NoError(e.t, err)
+	require.NoError(e.t, os.WriteFile(out, b, 0o644))
+	e.t.Logf("wrote replay history of %s to %s", identity, out)
+}
