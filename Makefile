@@ -18,6 +18,7 @@ tools: $(TEMPORAL)
 
 build: tools
 	go build -o $(PROVISIONER) ./cmd/choria-provisioner
+	go build -o $(BIN)/example-helper ./cmd/example-helper
 
 ## run: the embedded default — Temporal dev server with Web UI, broker, provisioner, demo fleet
 run: build

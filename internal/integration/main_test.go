@@ -39,7 +39,7 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 
 	selfBinary = filepath.Join(tmp, "choria-provisioner")
-	build := exec.Command("go", "build", "-o", selfBinary, "./cmd/choria-provisioner")
+	build := exec.Command("go", "build", "-o", tmp, "./cmd/choria-provisioner", "./cmd/example-helper")
 	build.Dir = filepath.Join("..", "..")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -1,0 +1,27 @@
+// Command example-helper is the demo site's provisioning helper, built on its own so that it
+// starts in milliseconds: the helper contract's JSON on stdin, the reply on stdout.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/choria-temporal/provisioner/internal/examplehelper"
+)
+
+func main() {
+	var o examplehelper.Options
+	flag.StringVar(&o.BrokerURL, "broker", "", "Broker URL provisioned servers connect to")
+	flag.StringVar(&o.IssuerPublic, "issuer", "", "Organization Issuer public key (hex)")
+	flag.StringVar(&o.LogLevel, "loglevel", "info", "Server log level")
+	flag.Parse()
+	if o.BrokerURL == "" || o.IssuerPublic == "" {
+		fmt.Fprintln(os.Stderr, "example-helper: --broker and --issuer are required")
+		os.Exit(2)
+	}
+	if err := examplehelper.Run(o, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "example-helper:", err)
+		os.Exit(1)
+	}
+}
