@@ -72,6 +72,10 @@ func (a *Activities) finish(ctx context.Context, identity, step string, err erro
 	}
 	info := activity.GetInfo(ctx)
 	last := appErr.NonRetryable()
+	// carry the attempt to the workflow's timeline
+	err = temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), temporal.ApplicationErrorOptions{
+		NonRetryable: appErr.NonRetryable(), Cause: errors.Unwrap(appErr), Details: []any{info.Attempt},
+	})
 	if rp := info.RetryPolicy; rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts {
 		last = true
 	}
@@ -148,7 +152,7 @@ func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult
 	}
 	had := claims.Token != ""
 	claims.Token = ""
-	return &JWTResult{Claims: claims, ECDHPublic: reply.EcdhPublic(), HadToken: had}, nil
+	return &JWTResult{Claims: claims, ECDHPublic: reply.EcdhPublic(), HadToken: had, Attempted: attempted(ctx)}, nil
 }
 
 // Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
@@ -184,7 +188,7 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 	if err := VerifyNonceSignature(r.PublicKey(), r.Signature(), nonce); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadSignature, err)
 	}
-	return &ED25519Result{PublicKey: r.PublicKey(), Directory: r.Directory(), Signature: r.Signature()}, nil
+	return &ED25519Result{PublicKey: r.PublicKey(), Directory: r.Directory(), Signature: r.Signature(), Attempted: attempted(ctx)}, nil
 }
 
 // Inventory calls rpcutil#inventory.
@@ -215,7 +219,7 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 	if err != nil {
 		return nil, temporal.NewApplicationError(fmt.Sprintf("%s: cannot encode inventory: %v", rpc, err), ErrTypeBadReply)
 	}
-	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable()}, nil
+	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable(), Attempted: attempted(ctx)}, nil
 }
 
 // RunHelper runs the site helper for one host.
@@ -309,7 +313,7 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *Mes
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: out.AllOutputs()[0].Message()}, nil
+	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
 }
 
 // Restart asks the server to restart into its new configuration.
@@ -337,7 +341,7 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *Message
 	}
 	a.metrics.Provisioned.WithLabelValues(a.cfg.Site).Inc()
 	a.logger(ctx, in.Identity, "restart").Info("provisioned")
-	return &MessageResult{Message: out.AllOutputs()[0].Message()}, nil
+	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
 }
 
 // Shutdown asks the server to shut down (the helper's decision).
@@ -363,7 +367,11 @@ func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageRe
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: out.AllOutputs()[0].Message()}, nil
+	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
+}
+
+func attempted(ctx context.Context) Attempted {
+	return Attempted{Attempt: activity.GetInfo(ctx).Attempt}
 }
 
 func anyMap(m map[string]string) map[string]any {

@@ -36,6 +36,15 @@ const (
 	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
 )
 
+// Attempted carries the activity attempt that produced a result, so the workflow's timeline can
+// show how many tries a step took (Temporal does not tell the workflow).
+type Attempted struct {
+	Attempt int32 `json:"attempt,omitempty"`
+}
+
+// GetAttempt returns the attempt that produced the result.
+func (a *Attempted) GetAttempt() int32 { return a.Attempt }
+
 // HostInput addresses one host.
 type HostInput struct {
 	Identity string `json:"identity"`
@@ -44,6 +53,7 @@ type HostInput struct {
 // JWTResult is the verified provisioning JWT. Claims.Token is always empty: the token is a secret
 // the worker already holds, so it never enters workflow history.
 type JWTResult struct {
+	Attempted
 	Claims     *tokens.ProvisioningClaims `json:"claims"`
 	ECDHPublic string                     `json:"ecdh_public"`
 	HadToken   bool                       `json:"had_token"`
@@ -52,6 +62,7 @@ type JWTResult struct {
 // ED25519Result is what the helper gets as ed25519_pubkey; the signature was verified over a
 // fresh nonce before it is returned.
 type ED25519Result struct {
+	Attempted
 	PublicKey string `json:"public_key"`
 	Directory string `json:"directory"`
 	Signature string `json:"signature"`
@@ -66,6 +77,7 @@ type CSRResult struct {
 
 // InventoryResult is the rpcutil#inventory reply, kept as the JSON text the helper contract wants.
 type InventoryResult struct {
+	Attempted
 	Inventory  string `json:"inventory"`
 	Version    string `json:"version"`
 	Upgradable bool   `json:"upgradable"`
@@ -142,5 +154,6 @@ type RestartInput struct {
 
 // MessageResult is the reply of RPCs that return only a message.
 type MessageResult struct {
+	Attempted
 	Message string `json:"message"`
 }

@@ -117,6 +117,30 @@ func defaults() map[string]any {
 
 // Load reads file (may be empty for defaults and environment only) and validates the result.
 func Load(path string) (*Config, error) {
+	cfg, err := read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// LoadForOperator reads the same file for the operator CLI, which talks only to Temporal (and,
+// for reprovision, Choria): only the temporal section and the codec key must be valid.
+func LoadForOperator(path string) (*Config, error) {
+	cfg, err := read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.validateTemporal(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func read(path string) (*Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
 		return nil, err
@@ -136,9 +160,6 @@ func Load(path string) (*Config, error) {
 	cfg := &Config{File: path}
 	if err := k.UnmarshalWithConf("", cfg, koanf.UnmarshalConf{Tag: "koanf", FlatPaths: false}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
 	}
 	return cfg, nil
 }
@@ -238,6 +259,10 @@ func (c *Config) validate() error {
 		return invalid("helper", "%v", err)
 	}
 
+	return c.validateTemporal()
+}
+
+func (c *Config) validateTemporal() error {
 	if !c.Temporal.Plaintext && c.Temporal.CodecKeyFile == "" && os.Getenv(CodecKeyEnv) == "" {
 		return invalid("temporal.codec_key_file", "required (or %s, or temporal.plaintext: true): payloads carry secrets", CodecKeyEnv)
 	}

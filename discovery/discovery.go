@@ -26,6 +26,11 @@ type Starter interface {
 		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
 }
 
+// PauseChecker tells whether fleet-wide provisioning is paused.
+type PauseChecker interface {
+	Paused(ctx context.Context) (bool, error)
+}
+
 // Options configure a Discoverer.
 type Options struct {
 	Interval          time.Duration
@@ -36,6 +41,7 @@ type Options struct {
 	StartConcurrency  int                      // signal-with-start calls in flight during a sweep
 	DisableEvents     bool
 	DisableBroadcasts bool
+	Pause             PauseChecker // nil: never paused
 }
 
 // Discoverer turns sightings into workflows.
@@ -84,13 +90,20 @@ func (d *Discoverer) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(d.opts.Interval)
 	defer ticker.Stop()
+	// the paused gauge follows the control workflow between sweeps too
+	pauseTicker := time.NewTicker(10 * time.Second)
+	defer pauseTicker.Stop()
 	for {
 		if _, err := d.Sweep(ctx); err != nil && ctx.Err() == nil {
 			d.log.Error("discovery sweep failed", zap.Error(err))
 		}
+	wait:
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-pauseTicker.C:
+			d.paused(ctx)
+			goto wait
 		case <-ticker.C:
 		}
 	}
@@ -104,9 +117,33 @@ func (d *Discoverer) connect(ctx context.Context) (*nats.Conn, error) {
 	return conn.Nats(), nil
 }
 
+// paused reports the fleet-wide pause state and mirrors it in the paused gauge. When the state
+// cannot be read the sweep goes on: starting a host's workflow is safe, and a paused fleet's
+// running workflows hold on their own.
+func (d *Discoverer) paused(ctx context.Context) bool {
+	if d.opts.Pause == nil {
+		return false
+	}
+	p, err := d.opts.Pause.Paused(ctx)
+	if err != nil {
+		d.log.Warn("could not read the pause state", zap.Error(err))
+		return false
+	}
+	v := 0.0
+	if p {
+		v = 1
+	}
+	d.metrics.Paused.WithLabelValues(d.metrics.Site).Set(v)
+	return p
+}
+
 // Sweep runs one broadcast discovery and starts or signals a workflow for each host found.
-// It returns how many hosts it handed to Temporal.
+// It returns how many hosts it handed to Temporal. A paused fleet is not swept.
 func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
+	if d.paused(ctx) {
+		d.log.Info("provisioning is paused, skipping the discovery sweep")
+		return 0, nil
+	}
 	d.metrics.DiscoverCycles.WithLabelValues(d.metrics.Site).Inc()
 	filter := protocol.NewFilter()
 	filter.AddAgentFilter(ProvisionAgent)
@@ -152,6 +189,10 @@ func (d *Discoverer) HandleEvent(ctx context.Context, data []byte) {
 		return
 	}
 	d.metrics.EventDiscovered.WithLabelValues(d.metrics.Site).Inc()
+	if d.paused(ctx) {
+		d.log.Info("provisioning is paused, not starting work for a startup event", zap.String(logging.FieldIdentity, id))
+		return
+	}
 	_ = d.Sighted(ctx, id, workflows.SourceEvent)
 }
 

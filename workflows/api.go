@@ -21,6 +21,20 @@ const SeenSignal = "seen"
 // StatusQuery returns the workflow's Status.
 const StatusQuery = "status"
 
+// PauseSignal holds a host's workflow before its next step; ResumeSignal lets it go on. The
+// operator CLI sends them to every running host when provisioning is paused fleet-wide.
+const (
+	PauseSignal  = "pause"
+	ResumeSignal = "resume"
+)
+
+// Helper decisions, as Status.HelperDecision.
+const (
+	DecisionConfigure = "configure"
+	DecisionDefer     = "defer"
+	DecisionShutdown  = "shutdown"
+)
+
 // WorkflowID is the one workflow ID of a host: it depends on the identity alone, so every replica
 // and every sighting addresses the same workflow.
 func WorkflowID(identity string) string { return "provision:" + identity }
@@ -106,10 +120,11 @@ const (
 
 // StepRecord is one run of a step in the timeline.
 type StepRecord struct {
-	Step    string    `json:"step"`
-	Started time.Time `json:"started"`
-	Ended   time.Time `json:"ended,omitempty"`
-	Error   string    `json:"error,omitempty"`
+	Step     string    `json:"step"`
+	Started  time.Time `json:"started"`
+	Ended    time.Time `json:"ended,omitempty"`
+	Attempts int32     `json:"attempts,omitempty"` // activity attempts this run took (0: unknown)
+	Error    string    `json:"error,omitempty"`
 }
 
 // Status is what the status query returns.
@@ -117,9 +132,12 @@ type Status struct {
 	Identity      string       `json:"identity"`
 	Site          string       `json:"site"`
 	Step          string       `json:"step"`
+	Attempt       int          `json:"attempt"` // run of the current step by the workflow (the helper's are counted here)
 	Outcome       string       `json:"outcome"`
+	Paused        bool         `json:"paused,omitempty"`
 	Message       string       `json:"message,omitempty"`
 	LastError     string       `json:"last_error,omitempty"`
+	HelperDecision string      `json:"helper_decision,omitempty"`
 	HelperMessage string       `json:"helper_message,omitempty"`
 	Defers        int          `json:"defers"`
 	Sightings     int          `json:"sightings"`
@@ -156,4 +174,29 @@ func ValidateIdentity(id string) error {
 		}
 	}
 	return nil
+}
+
+// ControlWorkflowName is the fleet-wide control workflow: one per task queue, it holds whether
+// provisioning is paused, so discovery (in every replica) and the operator CLI agree.
+const ControlWorkflowName = "ProvisionerControl"
+
+// ControlStateQuery returns a ControlState.
+const ControlStateQuery = "state"
+
+// ControlWorkflowID is the control workflow of a task queue.
+func ControlWorkflowID(taskQueue string) string { return "provisioner-control:" + taskQueue }
+
+// ControlRequest is the payload of PauseSignal and ResumeSignal sent to the control workflow.
+type ControlRequest struct {
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// ControlState is the fleet-wide state.
+type ControlState struct {
+	Paused bool      `json:"paused"`
+	Since  time.Time `json:"since,omitempty"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
 }

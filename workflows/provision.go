@@ -54,6 +54,20 @@ func (p *provisioner) setup(ctx workflow.Context) error {
 		return err
 	}
 
+	pause := workflow.GetSignalChannel(ctx, PauseSignal)
+	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = false })
+			sel.Select(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	})
+
 	seen := workflow.GetSignalChannel(ctx, SeenSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
@@ -130,6 +144,14 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 		return nil, err
 	}
 	p.status.HelperMessage = decision.Msg
+	switch {
+	case decision.Shutdown:
+		p.status.HelperDecision = DecisionShutdown
+	case decision.Defer:
+		p.status.HelperDecision = DecisionDefer
+	default:
+		p.status.HelperDecision = DecisionConfigure
+	}
 
 	if decision.Shutdown {
 		var msg activities.MessageResult
@@ -178,6 +200,10 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 // with workflow-level attempts (the helper) retry here rather than in the activity, so every
 // failed attempt is its own ActivityTaskFailed event, visible in history with its reason.
 func (p *provisioner) step(ctx workflow.Context, step string, activity string, arg any, result any) error {
+	// a fleet-wide pause holds the host here, before its next RPC
+	if err := workflow.Await(ctx, func() bool { return !p.status.Paused }); err != nil {
+		return err
+	}
 	p.status.Step = step
 	if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
 		return err
@@ -186,13 +212,20 @@ func (p *provisioner) step(ctx workflow.Context, step string, activity string, a
 	actx := workflow.WithActivityOptions(ctx, opts)
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {
+		p.status.Attempt = attempt
 		p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
 		rec := &p.status.Timeline[len(p.status.Timeline)-1]
 		err := workflow.ExecuteActivity(actx, activity, arg).Get(ctx, result)
 		rec.Ended = workflow.Now(ctx)
 		if err == nil {
+			if a, ok := result.(interface{ GetAttempt() int32 }); ok {
+				rec.Attempts = a.GetAttempt()
+			} else if attempts > 1 {
+				rec.Attempts = 1 // the workflow runs each attempt of this step itself
+			}
 			return nil
 		}
+		rec.Attempts = failedAttempts(err)
 		rec.Error = reason(err)
 		p.status.LastError = rec.Error
 		var app *temporal.ApplicationError
@@ -258,6 +291,16 @@ func (p *provisioner) fail(ctx workflow.Context, err error) error {
 	}
 	p.log.Error("host failed", "error", p.status.Message)
 	return temporal.NewNonRetryableApplicationError(p.status.Message, ErrTypeProvisionFailed, err)
+}
+
+// failedAttempts reads the attempt count the activity put in its error's details.
+func failedAttempts(err error) int32 {
+	var app *temporal.ApplicationError
+	var n int32
+	if errors.As(err, &app) && app.HasDetails() && app.Details(&n) == nil {
+		return n
+	}
+	return 0
 }
 
 type stepError struct {

@@ -321,3 +321,50 @@ func (s *ProvisionSuite) TestHelperGivesUpAfterFiveAttempts() {
 	s.Contains(err.Error(), "step helper")
 	s.Equal(5, countOf(s.host.calls, activities.RunHelperName))
 }
+
+func (s *ProvisionSuite) TestPauseHoldsTheHostBeforeItsNextStep() {
+	var paused Status
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(PauseSignal, nil) }, 0)
+	s.env.RegisterDelayedCallback(func() { paused = s.status() }, time.Hour)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(ResumeSignal, nil) }, 2*time.Hour)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.True(paused.Paused)
+	s.Len(paused.Timeline, 1, "only the step in flight when the pause came may run")
+	s.False(s.status().Paused)
+}
+
+func (s *ProvisionSuite) TestTimelineCarriesAttemptsAndDecision() {
+	s.host.flaky[activities.InventoryName] = 1
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.result()
+	st := s.status()
+	s.Equal(DecisionConfigure, st.HelperDecision)
+	for _, r := range st.Timeline {
+		s.False(r.Ended.Before(r.Started))
+	}
+}
+
+func TestControlWorkflowPausesAndResumes(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(ProvisionerControl, workflow.RegisterOptions{Name: ControlWorkflowName})
+	var states []ControlState
+	query := func() {
+		v, err := env.QueryWorkflow(ControlStateQuery)
+		require.NoError(t, err)
+		var st ControlState
+		require.NoError(t, v.Get(&st))
+		states = append(states, st)
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(PauseSignal, ControlRequest{By: "ops", Reason: "CA maintenance"}) }, time.Second)
+	env.RegisterDelayedCallback(query, 2*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(ResumeSignal, ControlRequest{By: "ops"}) }, 3*time.Second)
+	env.RegisterDelayedCallback(query, 4*time.Second)
+	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 5*time.Second)
+	env.ExecuteWorkflow(ProvisionerControl, ControlState{})
+	require.Len(t, states, 2)
+	require.True(t, states[0].Paused)
+	require.Equal(t, "CA maintenance", states[0].Reason)
+	require.False(t, states[1].Paused)
+}

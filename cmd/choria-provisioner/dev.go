@@ -79,9 +79,12 @@ func (d *devCommand) run(ctx context.Context) error {
   Provisioner log   %s
   Configuration     %s
   Fleet             %s
+  Operator CLI      %s hosts list --config %s
+                    %s hosts reprovision NODE --config %s --choria-config %s
 
 Press Ctrl-C to stop everything.
-`, stack.UIURL(), stack.TemporalAddress, stack.TemporalAddress, d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir)
+`, stack.UIURL(), stack.TemporalAddress, stack.TemporalAddress, d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir,
+		self, stack.ConfigFile, self, stack.ConfigFile, stack.AdminConfig)
 
 	go reportProgress(ctx, stack, started, log)
 	return svc.Run(ctx, nil)

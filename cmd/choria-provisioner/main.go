@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/choria-io/fisk"
@@ -28,11 +29,17 @@ func main() {
 	fleet.register(app)
 	helper := &exampleHelperCommand{}
 	helper.register(app)
+	hosts := &hostsCommand{}
+	hosts.register(app)
 
 	cmd := app.MustParseWithUsage(os.Args[1:])
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+
+	if strings.HasPrefix(cmd, "hosts ") {
+		os.Exit(hosts.run(ctx, cmd))
+	}
 
 	var err error
 	switch cmd {

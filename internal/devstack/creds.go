@@ -38,6 +38,10 @@ type Credentials struct {
 
 	ProvisioningJWT string // what each unprovisioned server holds
 
+	// An administrator of the provisioned fleet (choria account), for reprovision and inspection.
+	AdminJWT  string
+	AdminSeed string
+
 	Token                string // provisioning token inside ProvisioningJWT
 	ProvisioningPassword string // broker provisioning account password
 }
@@ -59,6 +63,8 @@ func LoadOrCreateCredentials(dir string, brokerURL string) (*Credentials, error)
 		ProvisionerJWT:  filepath.Join(dir, "provisioner.jwt"),
 		ProvisionerSeed: filepath.Join(dir, "provisioner.seed"),
 		ProvisioningJWT: filepath.Join(dir, "provisioning.jwt"),
+		AdminJWT:        filepath.Join(dir, "admin.jwt"),
+		AdminSeed:       filepath.Join(dir, "admin.seed"),
 	}
 	secretsFile := filepath.Join(dir, "secrets")
 
@@ -114,6 +120,19 @@ func LoadOrCreateCredentials(dir string, brokerURL string) (*Credentials, error)
 		return nil, fmt.Errorf("chain data for provisioner token: %w", err)
 	}
 	if err := signTo(pclaims, issuerPri, c.ProvisionerJWT); err != nil {
+		return nil, err
+	}
+
+	adminPub, _, err := writeSeed(c.AdminSeed)
+	if err != nil {
+		return nil, err
+	}
+	aclaims, err := tokens.NewClientIDClaims("admin", []string{"*"}, "choria", nil, "", "", 5*365*24*time.Hour,
+		&tokens.ClientPermissions{FleetManagement: true, EventsViewer: true, ExtendedServiceLifetime: true}, adminPub)
+	if err != nil {
+		return nil, err
+	}
+	if err := signTo(aclaims, issuerPri, c.AdminJWT); err != nil {
 		return nil, err
 	}
 

@@ -51,6 +51,7 @@ type Stack struct {
 	Fleet           *Fleet
 	ConfigFile      string // provisioner YAML
 	ClientConfig    string // Choria client config
+	AdminConfig     string // Choria client config of a fleet administrator (reprovision)
 	CodecKeyFile    string
 	HelperCommand   string
 	TaskQueue       string
@@ -149,6 +150,23 @@ plugin.security.issuer.names = choria
 plugin.security.issuer.choria.public = %s
 `, ProvisionerCallerID, s.Broker.URL, c.ProvisionerJWT, c.ProvisionerSeed, c.BrokerCert, c.IssuerPublic)
 	if err := os.WriteFile(s.ClientConfig, []byte(client), 0o600); err != nil {
+		return err
+	}
+	s.AdminConfig = filepath.Join(s.Opts.Dir, "admin.conf")
+	admin := fmt.Sprintf(`identity = admin
+collectives = choria
+main_collective = choria
+loglevel = warn
+plugin.choria.middleware_hosts = %s
+plugin.choria.use_srv = false
+plugin.security.provider = choria
+plugin.security.choria.token_file = %s
+plugin.security.choria.seed_file = %s
+plugin.security.choria.ca = %s
+plugin.security.issuer.names = choria
+plugin.security.issuer.choria.public = %s
+`, s.Broker.URL, c.AdminJWT, c.AdminSeed, c.BrokerCert, c.IssuerPublic)
+	if err := os.WriteFile(s.AdminConfig, []byte(admin), 0o600); err != nil {
 		return err
 	}
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/choria-io/go-choria/choria"
 	cconfig "github.com/choria-io/go-choria/config"
@@ -31,6 +32,13 @@ import (
 // NewChoriaFramework connects as the provisioner: the Choria client config file, NATS user
 // "provisioner" with broker_provisioning_password, on the provisioning collective.
 func NewChoriaFramework(cfg *config.Config, log *zap.Logger) (*choria.Framework, error) {
+	return NewChoriaClientFramework(cfg, discovery.ProvisioningCollective)
+}
+
+// NewChoriaClientFramework is a Choria client from cfg.ChoriaConfig; collective, when set,
+// replaces the file's collectives (the provisioner lives on "provisioning"; the operator's
+// reprovision reaches provisioned servers on the file's own collective).
+func NewChoriaClientFramework(cfg *config.Config, collective string) (*choria.Framework, error) {
 	if cfg.ChoriaConfig == "" {
 		return nil, fmt.Errorf("%w: choria_config: a Choria client configuration file is required", config.ErrInvalid)
 	}
@@ -47,8 +55,10 @@ func NewChoriaFramework(cfg *config.Config, log *zap.Logger) (*choria.Framework,
 		ccfg.Choria.NatsUser = "provisioner"
 		ccfg.Choria.NatsPass = cfg.BrokerProvisioningPassword
 	}
-	ccfg.Collectives = []string{discovery.ProvisioningCollective}
-	ccfg.MainCollective = discovery.ProvisioningCollective
+	if collective != "" {
+		ccfg.Collectives = []string{collective}
+		ccfg.MainCollective = collective
+	}
 	if ccfg.Identity == "" {
 		host, _ := os.Hostname()
 		ccfg.Identity = host
@@ -178,6 +188,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		}
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		w.RegisterActivity(activities.New(fw, s.cfg, s.Metrics, s.log))
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
@@ -191,6 +202,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			Component: s.cfg.LifecycleComponent,
 			TaskQueue: s.cfg.Temporal.TaskQueue,
 			Input:     WorkflowInput(s.cfg),
+			Pause:     NewPauseState(tc, s.cfg.Temporal.TaskQueue, 5*time.Second),
 		}, s.Metrics, s.log.Named("discovery"))
 		go func() { errc <- d.Run(ctx) }()
 	}

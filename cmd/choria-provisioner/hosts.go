@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/choria-io/fisk"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/service"
+)
+
+// Exit codes of the hosts commands.
+const (
+	exitError       = 1
+	exitUnknownHost = 2
+	exitUnreachable = 3
+)
+
+// hostsCommand is the operator CLI: it talks to Temporal (and Choria for reprovision), never to a
+// provisioner process.
+type hostsCommand struct {
+	config       string
+	choriaConfig string
+	json         bool
+	filter       operator.Filter
+	identities   []string
+	failed       bool
+	reason       string
+	timeout      time.Duration
+	out          io.Writer
+}
+
+func (h *hostsCommand) register(app *fisk.Application) {
+	h.out = os.Stdout
+	hosts := app.Command("hosts", "Inspect and repair hosts through Temporal")
+	hosts.Flag("config", "Provisioner configuration file (its temporal section and codec key are used)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&h.config)
+	hosts.Flag("json", "JSON output").UnNegatableBoolVar(&h.json)
+
+	list := hosts.Command("list", "List hosts, the latest run of each")
+	h.filterFlags(list)
+	list.Flag("text", "Only identities containing this text").StringVar(&h.filter.Text)
+
+	show := hosts.Command("show", "Show a host's status and step timeline")
+	show.Arg("identity", "Host identity").Required().StringsVar(&h.identities)
+
+	retry := hosts.Command("retry", "Start failed hosts again (one, several, or --failed)")
+	retry.Arg("identity", "Host identities").StringsVar(&h.identities)
+	retry.Flag("failed", "Retry every host whose latest run failed").UnNegatableBoolVar(&h.failed)
+	h.filterFlags(retry)
+
+	repro := hosts.Command("reprovision", "Ask provisioned servers to re-enter provisioning mode (Choria RPC); each is then provisioned again")
+	repro.Arg("identity", "Host identities").Required().StringsVar(&h.identities)
+	repro.Flag("choria-config", "Choria client configuration that reaches provisioned servers").Required().StringVar(&h.choriaConfig)
+	repro.Flag("timeout", "How long to wait for replies").Default("10s").DurationVar(&h.timeout)
+
+	cancel := hosts.Command("cancel", "Cancel a host's running workflow")
+	cancel.Arg("identity", "Host identities").Required().StringsVar(&h.identities)
+
+	pause := hosts.Command("pause", "Pause provisioning fleet-wide: no new hosts start, running hosts hold before their next step")
+	pause.Flag("reason", "Why, recorded in the control workflow").StringVar(&h.reason)
+	hosts.Command("resume", "Resume provisioning fleet-wide")
+	hosts.Command("paused", "Say whether provisioning is paused")
+}
+
+func (h *hostsCommand) filterFlags(cmd *fisk.CmdClause) {
+	cmd.Flag("outcome", "Only hosts with this outcome (running, deferred, failed, provisioned, shutdown)").StringVar(&h.filter.Outcome)
+	cmd.Flag("step", "Only hosts at this step").StringVar(&h.filter.Step)
+	cmd.Flag("site", "Only hosts of this site").StringVar(&h.filter.Site)
+}
+
+// run executes the subcommand and returns the process exit code.
+func (h *hostsCommand) run(ctx context.Context, cmd string) int {
+	err := h.dispatch(ctx, strings.TrimPrefix(cmd, "hosts "))
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, operator.ErrUnknownHost):
+		fmt.Fprintln(os.Stderr, "choria-provisioner:", err)
+		return exitUnknownHost
+	case errors.Is(err, operator.ErrUnreachable):
+		fmt.Fprintln(os.Stderr, "choria-provisioner:", err)
+		return exitUnreachable
+	default:
+		fmt.Fprintln(os.Stderr, "choria-provisioner:", err)
+		return exitError
+	}
+}
+
+func (h *hostsCommand) operator(ctx context.Context) (*operator.Operator, func(), error) {
+	cfg, err := config.LoadForOperator(h.config)
+	if err != nil {
+		return nil, nil, err
+	}
+	dc, _, err := service.DataConverter(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := service.DialTemporal(dctx, cfg, zap.NewNop())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", operator.ErrUnreachable, err)
+	}
+	return &operator.Operator{C: c, DC: dc, TaskQueue: cfg.Temporal.TaskQueue}, c.Close, nil
+}
+
+func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
+	if cmd == "reprovision" {
+		return h.reprovision(ctx)
+	}
+	op, closer, err := h.operator(ctx)
+	if err != nil {
+		return err
+	}
+	defer closer()
+	switch cmd {
+	case "list":
+		hosts, err := op.List(ctx, h.filter)
+		if err != nil {
+			return err
+		}
+		return h.printHosts(hosts)
+	case "show":
+		return h.show(ctx, op)
+	case "retry":
+		return h.retry(ctx, op)
+	case "cancel":
+		for _, id := range h.identities {
+			if err := op.Cancel(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(h.out, "canceled %s\n", id)
+		}
+		return nil
+	case "pause", "resume":
+		n, err := op.SetPaused(ctx, cmd == "pause", whoami(), h.reason)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h.out, "provisioning %sd on task queue %s; %d running hosts signaled\n", cmd, op.TaskQueue, n)
+		return nil
+	case "paused":
+		st, err := service.ReadControlState(ctx, op.C, op.TaskQueue)
+		if err != nil {
+			return err
+		}
+		if h.json {
+			return json.NewEncoder(h.out).Encode(st)
+		}
+		if st.Paused {
+			fmt.Fprintf(h.out, "paused since %s by %s: %s\n", st.Since.Format(time.RFC3339), st.By, st.Reason)
+		} else {
+			fmt.Fprintln(h.out, "not paused")
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func whoami() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return "operator"
+}
+
+func (h *hostsCommand) printHosts(hosts []operator.Host) error {
+	if h.json {
+		return json.NewEncoder(h.out).Encode(hosts)
+	}
+	w := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(w, "IDENTITY\tSITE\tOUTCOME\tSTEP\tSTATUS\tRUNS\tSTARTED\tREASON")
+	for _, x := range hosts {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.Identity, x.Site, x.Outcome, x.Step, x.Status, x.Runs, x.Started.Local().Format("2006-01-02 15:04:05"), truncate(x.Reason, 100))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(h.out, "%d hosts\n", len(hosts))
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n-3] + "..."
+	}
+	return s
+}
+
+func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
+	d, err := op.Show(ctx, h.identities[0])
+	if err != nil {
+		return err
+	}
+	if h.json {
+		return json.NewEncoder(h.out).Encode(d)
+	}
+	w := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintf(w, "Identity:\t%s\n", d.Identity)
+	fmt.Fprintf(w, "Workflow:\t%s (run %s)\n", d.WorkflowID, d.RunID)
+	fmt.Fprintf(w, "Site:\t%s\n", d.Site)
+	fmt.Fprintf(w, "Status:\t%s, outcome %s, step %s\n", d.Host.Status, d.Outcome, d.Step)
+	fmt.Fprintf(w, "Started:\t%s\n", d.Started.Local().Format(time.RFC3339))
+	if !d.Closed.IsZero() {
+		fmt.Fprintf(w, "Closed:\t%s (%s)\n", d.Closed.Local().Format(time.RFC3339), d.Closed.Sub(d.Started).Round(time.Millisecond))
+	}
+	if d.Reason != "" {
+		fmt.Fprintf(w, "Reason:\t%s\n", d.Reason)
+	}
+	if st := d.State; st != nil {
+		if st.HelperDecision != "" {
+			fmt.Fprintf(w, "Helper:\t%s: %s\n", st.HelperDecision, st.HelperMessage)
+		}
+		if st.ServerVersion != "" {
+			fmt.Fprintf(w, "Server version:\t%s\n", st.ServerVersion)
+		}
+		fmt.Fprintf(w, "Sightings:\t%d, defers %d, paused %v\n", st.Sightings, st.Defers, st.Paused)
+		if st.LastError != "" {
+			fmt.Fprintf(w, "Last error:\t%s\n", st.LastError)
+		}
+	}
+	for _, p := range d.Pending {
+		fmt.Fprintf(w, "In flight:\t%s attempt %d %s\n", p.Activity, p.Attempt, p.LastFailure)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if d.State != nil && len(d.State.Timeline) > 0 {
+		fmt.Fprintln(h.out, "\nTimeline:")
+		tw := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR")
+		for _, r := range d.State.Timeline {
+			took := ""
+			if !r.Ended.IsZero() {
+				took = r.Ended.Sub(r.Started).Round(time.Millisecond).String()
+			}
+			attempts := "-"
+			if r.Attempts > 0 {
+				attempts = fmt.Sprint(r.Attempts)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.Step, r.Started.Local().Format("15:04:05.000"), took, attempts, r.Error)
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func (h *hostsCommand) retry(ctx context.Context, op *operator.Operator) error {
+	if h.failed {
+		start := time.Now()
+		sum, err := op.RetryFailed(ctx, h.filter, func(done, total int) {
+			fmt.Fprintf(os.Stderr, "\rretrying failed hosts %s %d/%d", bar(done, total, 30), done, total)
+		})
+		fmt.Fprintln(os.Stderr)
+		if err != nil {
+			return err
+		}
+		if h.json {
+			return json.NewEncoder(h.out).Encode(sum)
+		}
+		fmt.Fprintf(h.out, "retried %d hosts in %v", len(sum.Retried), time.Since(start).Round(time.Millisecond))
+		if len(sum.Skipped) > 0 {
+			fmt.Fprintf(h.out, ", skipped %d:\n", len(sum.Skipped))
+			for id, why := range sum.Skipped {
+				fmt.Fprintf(h.out, "  %s: %s\n", id, why)
+			}
+		} else {
+			fmt.Fprintln(h.out)
+		}
+		return nil
+	}
+	if len(h.identities) == 0 {
+		return errors.New("name the hosts to retry, or use --failed")
+	}
+	for _, id := range h.identities {
+		if err := op.Retry(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(h.out, "retrying %s\n", id)
+	}
+	return nil
+}
+
+func bar(done, total, width int) string {
+	if total == 0 {
+		return "[" + strings.Repeat("=", width) + "]"
+	}
+	n := done * width / total
+	return "[" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]"
+}
+
+func (h *hostsCommand) reprovision(ctx context.Context) error {
+	cfg, err := config.LoadForOperator(h.config)
+	if err != nil {
+		return err
+	}
+	cfg.ChoriaConfig = h.choriaConfig
+	cfg.BrokerProvisioningPassword = "" // the admin client connects to the fleet's account, not provisioning
+	fw, err := service.NewChoriaClientFramework(cfg, "")
+	if err != nil {
+		return err
+	}
+	res, err := operator.Reprovision(ctx, fw, cfg.Token, h.identities, h.timeout)
+	if err != nil {
+		return err
+	}
+	failed := 0
+	for _, id := range h.identities {
+		if res[id] != nil {
+			failed++
+			fmt.Fprintf(h.out, "%s: %v\n", id, res[id])
+		} else {
+			fmt.Fprintf(h.out, "%s: restarting into provisioning mode\n", id)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d hosts could not be reprovisioned", failed, len(h.identities))
+	}
+	return nil
+}
