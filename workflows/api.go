@@ -129,21 +129,21 @@ type StepRecord struct {
 
 // Status is what the status query returns.
 type Status struct {
-	Identity      string       `json:"identity"`
-	Site          string       `json:"site"`
-	Step          string       `json:"step"`
-	Attempt       int          `json:"attempt"` // run of the current step by the workflow (the helper's are counted here)
-	Outcome       string       `json:"outcome"`
-	Paused        bool         `json:"paused,omitempty"`
-	Message       string       `json:"message,omitempty"`
-	LastError     string       `json:"last_error,omitempty"`
-	HelperDecision string      `json:"helper_decision,omitempty"`
-	HelperMessage string       `json:"helper_message,omitempty"`
-	Defers        int          `json:"defers"`
-	Sightings     int          `json:"sightings"`
-	LastSeen      time.Time    `json:"last_seen"`
-	ServerVersion string       `json:"server_version,omitempty"`
-	Timeline      []StepRecord `json:"timeline"`
+	Identity       string       `json:"identity"`
+	Site           string       `json:"site"`
+	Step           string       `json:"step"`
+	Attempt        int          `json:"attempt"` // run of the current step by the workflow (the helper's are counted here)
+	Outcome        string       `json:"outcome"`
+	Paused         bool         `json:"paused,omitempty"`
+	Message        string       `json:"message,omitempty"`
+	LastError      string       `json:"last_error,omitempty"`
+	HelperDecision string       `json:"helper_decision,omitempty"`
+	HelperMessage  string       `json:"helper_message,omitempty"`
+	Defers         int          `json:"defers"`
+	Sightings      int          `json:"sightings"`
+	LastSeen       time.Time    `json:"last_seen"`
+	ServerVersion  string       `json:"server_version,omitempty"`
+	Timeline       []StepRecord `json:"timeline"`
 }
 
 // ProvisionResult is the workflow's result when it does not fail.
