@@ -12,6 +12,12 @@ import (
 	"github.com/choria-temporal/provisioner/activities"
 )
 
+// Workflow changes guarded by workflow.GetVersion, so histories recorded before them replay.
+const (
+	restartGraceChange  = "restart-grace"
+	restartGraceSeconds = 3
+)
+
 // ErrTypeProvisionFailed is the error type of a host's workflow that ran out of retries or met a
 // policy outcome; its message names the step and the reason.
 const ErrTypeProvisionFailed = "ProvisionFailed"
@@ -93,6 +99,9 @@ func (p *provisioner) upsert(ctx workflow.Context, updates ...temporal.SearchAtt
 func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
 	for {
 		decision, err := p.pass(ctx)
+		if err != nil && p.stale(err) {
+			return p.finish(ctx, OutcomeProvisioned, "no longer in provisioning mode: a stale sighting of a provisioned server")
+		}
 		if err != nil {
 			return nil, p.fail(ctx, err)
 		}
@@ -193,6 +202,15 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 	if err := p.step(ctx, StepRestart, activities.RestartName, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
 		return nil, err
 	}
+	// Stay open until the server has restarted out of provisioning mode (it waits splay+2 s, at
+	// most, then re-executes): a sighting made before the restart, delivered late, is absorbed
+	// here instead of starting a new run against a server that is about to leave.
+	if workflow.GetVersion(ctx, restartGraceChange, workflow.DefaultVersion, 1) >= 1 {
+		p.status.Step = StepRestart
+		if err := workflow.Sleep(ctx, time.Duration(p.in.RestartSplay+restartGraceSeconds)*time.Second); err != nil {
+			return nil, err
+		}
+	}
 	return &activities.HelperOutput{}, nil
 }
 
@@ -238,6 +256,13 @@ func (p *provisioner) step(ctx workflow.Context, step string, activity string, a
 		}
 		backoff *= 2
 	}
+}
+
+// stale is true when the very first RPC found the server already out of provisioning mode: the
+// sighting that started this run is older than the server's last restart.
+func (p *provisioner) stale(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == activities.ErrTypeNotProvisioning && len(p.status.Timeline) == 1
 }
 
 func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
@@ -311,10 +336,11 @@ type stepError struct {
 func (e *stepError) Error() string { return fmt.Sprintf("step %s: %s", e.step, reason(e.err)) }
 func (e *stepError) Unwrap() error { return e.err }
 
-// reason digs the application error's own message out of Temporal's activity error wrapping.
+// reason digs the application error's own message out of Temporal's activity error wrapping,
+// prefixed with the step it failed in.
 func reason(err error) string {
 	var se *stepError
-	if errors.As(err, &se) && se != err {
+	if errors.As(err, &se) {
 		return se.Error()
 	}
 	var app *temporal.ApplicationError

@@ -368,3 +368,17 @@ func TestControlWorkflowPausesAndResumes(t *testing.T) {
 	require.Equal(t, "CA maintenance", states[0].Reason)
 	require.False(t, states[1].Paused)
 }
+
+func (s *ProvisionSuite) TestStaleSightingOfAProvisionedServerIsNotAFailure() {
+	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError("choria_provision#jwt: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeNotProvisioning, nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	res := s.result()
+	s.Equal(OutcomeProvisioned, res.Outcome)
+	s.Contains(res.Message, "stale sighting")
+}
+
+func (s *ProvisionSuite) TestNotInProvisioningModeLaterIsAFailure() {
+	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("choria_provision#configure: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeNotProvisioning, nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.Require().Error(s.env.GetWorkflowError())
+}

@@ -366,6 +366,11 @@ func (o *Operator) Cancel(ctx context.Context, identity string) error {
 	return unreachable(err)
 }
 
+// PauseSettle is how long SetPaused waits between recording the state and signaling running
+// hosts: discovery caches the state for service.PauseCacheTTL, so a host it started just before it
+// noticed is still caught.
+const PauseSettle = 3 * time.Second
+
 // SetPaused pauses or resumes provisioning fleet-wide: it records the state in the control
 // workflow (discovery in every replica stops or resumes starting hosts) and signals every running
 // host workflow to hold before, or go on with, its next step. It returns how many hosts it signaled.
@@ -380,6 +385,13 @@ func (o *Operator) SetPaused(ctx context.Context, paused bool, by, reason string
 		workflows.ControlWorkflowName, workflows.ControlState{})
 	if err != nil {
 		return 0, unreachable(fmt.Errorf("recording the pause state: %w", err))
+	}
+	if paused {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(PauseSettle):
+		}
 	}
 	running, err := o.running(ctx)
 	if err != nil {

@@ -12,6 +12,9 @@ import (
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
+// PauseCacheTTL bounds how stale discovery's view of the pause state may be.
+const PauseCacheTTL = 2 * time.Second
+
 // PauseState reads the control workflow's pause state, cached for ttl so that a burst of startup
 // events does not become a burst of queries.
 type PauseState struct {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/choria-io/go-choria/choria"
 	cconfig "github.com/choria-io/go-choria/config"
@@ -133,6 +132,15 @@ type Service struct {
 	Metrics *metrics.Metrics
 	// MonitorAddress is where /metrics listens, once Run has started it.
 	MonitorAddress string
+	discoverer     *discovery.Discoverer
+}
+
+// Sweep runs a discovery sweep now (operators and tests; Run sweeps every interval anyway).
+func (s *Service) Sweep(ctx context.Context) (int, error) {
+	if s.discoverer == nil {
+		return 0, errors.New("discovery is not running in this process")
+	}
+	return s.discoverer.Sweep(ctx)
 }
 
 // New prepares a service; Run starts it.
@@ -202,8 +210,9 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			Component: s.cfg.LifecycleComponent,
 			TaskQueue: s.cfg.Temporal.TaskQueue,
 			Input:     WorkflowInput(s.cfg),
-			Pause:     NewPauseState(tc, s.cfg.Temporal.TaskQueue, 5*time.Second),
+			Pause:     NewPauseState(tc, s.cfg.Temporal.TaskQueue, PauseCacheTTL),
 		}, s.Metrics, s.log.Named("discovery"))
+		s.discoverer = d
 		go func() { errc <- d.Run(ctx) }()
 	}
 	if ready != nil {

@@ -1,0 +1,197 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// switchableHelper wraps the example helper: while helper-broken exists in the state directory it
+// fails like a helper whose CA is down; while helper-slow exists it takes 8 s.
+func switchableHelper(t *testing.T) func(s *devstack.Stack) string {
+	return func(s *devstack.Stack) string {
+		script := filepath.Join(s.Opts.Dir, "switchable-helper.sh")
+		body := fmt.Sprintf(`#!/bin/sh
+input=$(cat)
+if [ -f %[1]s/helper-broken ]; then echo "CA is down" >&2; exit 1; fi
+if [ -f %[1]s/helper-slow ]; then sleep 8; fi
+printf '%%s' "$input" | %[2]s
+`, s.Opts.Dir, s.HelperCommand)
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}
+}
+
+func (e *env) operator() *operator.Operator {
+	dc, _, err := service.DataConverter(e.cfg)
+	require.NoError(e.t, err)
+	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue}
+}
+
+// cli runs the operator CLI binary and returns its output and exit code.
+func (e *env) cli(env []string, args ...string) (string, int) {
+	cmd := exec.Command(selfBinary, append([]string{"hosts", "--config", e.stack.ConfigFile}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return out.String(), exit.ExitCode()
+	}
+	require.NoError(e.t, err)
+	return out.String(), 0
+}
+
+func (e *env) setFlag(name string, on bool) {
+	f := filepath.Join(e.stack.Opts.Dir, name)
+	if on {
+		require.NoError(e.t, os.WriteFile(f, nil, 0o600))
+	} else {
+		require.NoError(e.t, os.Remove(f))
+	}
+}
+
+// Hosts fail while the helper's CA is down; operators see which and why, then recover all of
+// them with one command once it is back; reprovision takes a provisioned server through again.
+func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t)})
+	e.setFlag("helper-broken", true)
+	e.provisioner("replica-a")
+	op := e.operator()
+	ctx := context.Background()
+
+	require.Eventually(t, func() bool {
+		hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed})
+		return err == nil && len(hosts) == 4
+	}, 90*time.Second, 500*time.Millisecond, "all hosts should fail while the helper is broken")
+
+	hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed, Step: workflows.StepHelper, Site: "dev"})
+	require.NoError(t, err)
+	require.Len(t, hosts, 4)
+	for _, h := range hosts {
+		require.Equal(t, "Failed", h.Status)
+		require.Contains(t, h.Reason, "CA is down")
+		require.Contains(t, h.Reason, "step helper")
+	}
+	out, code := e.cli(nil, "list", "--outcome", "failed")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "4 hosts")
+	require.Contains(t, out, e.stack.Fleet.Identity(2))
+
+	d, err := op.Show(ctx, e.stack.Fleet.Identity(0))
+	require.NoError(t, err)
+	require.NotNil(t, d.State)
+	helperRuns := 0
+	for _, r := range d.State.Timeline {
+		if r.Step == workflows.StepHelper {
+			helperRuns++
+			require.Contains(t, r.Error, "CA is down")
+		}
+	}
+	require.Equal(t, 5, helperRuns)
+	out, code = e.cli(nil, "show", e.stack.Fleet.Identity(0))
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "CA is down")
+	require.Contains(t, out, "Timeline:")
+
+	out, code = e.cli(nil, "show", "no-such-host.example")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "unknown host")
+	out, code = e.cli([]string{"PROVISIONER_TEMPORAL__ADDRESS=127.0.0.1:1"}, "list")
+	require.Equal(t, 3, code, out)
+	require.Contains(t, out, "unreachable")
+
+	e.setFlag("helper-broken", false)
+	start := time.Now()
+	out, code = e.cli(nil, "retry", "--failed")
+	t.Logf("retry --failed of 4 hosts took %v: %s", time.Since(start), out)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "retried 4 hosts")
+	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+		e.runs(m.Identity, 2)
+	}
+	out, code = e.cli(nil, "retry", e.stack.Fleet.Identity(1))
+	require.Equal(t, 1, code, "a provisioned host is not retried: %s", out)
+
+	// reprovision: the server goes back to provisioning mode and is provisioned by a new run
+	m := e.stack.Fleet.Members[0]
+	seedBefore, err := os.ReadFile(filepath.Join(m.Dir, "server.seed"))
+	require.NoError(t, err)
+	out, code = e.cli(nil, "reprovision", m.Identity, "--choria-config", e.stack.AdminConfig)
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool {
+		seed, err := os.ReadFile(filepath.Join(m.Dir, "server.seed"))
+		return err == nil && !bytes.Equal(seed, seedBefore) && devstack.Provisioned(m) && runningProvisioned(m)
+	}, 90*time.Second, 500*time.Millisecond, "reprovisioned server should be provisioned again with a new key")
+	e.runs(m.Identity, 3)
+	e.verifyServerJWT(m)
+}
+
+// A fleet-wide pause starts no new hosts and holds running ones before their next step.
+func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
+	svc := e.provisioner("replica-a")
+	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members...)
+	op := e.operator()
+	ctx := context.Background()
+
+	// a host in flight when the pause comes holds after its current step
+	e.setFlag("helper-slow", true)
+	slow, err := e.stack.Fleet.Start(1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := op.Show(ctx, slow.Identity)
+		return err == nil && d.Step == workflows.StepHelper
+	}, 60*time.Second, 100*time.Millisecond)
+	n, err := op.SetPaused(ctx, true, "test", "maintenance")
+	require.NoError(t, err)
+	hosts, _ := op.List(ctx, operator.Filter{})
+	require.Equal(t, 1, n, "%+v", hosts)
+
+	// a new host is not started while paused
+	fresh, err := e.stack.Fleet.Start(2)
+	require.NoError(t, err)
+	time.Sleep(4 * time.Second)
+	_, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(fresh.Identity), "")
+	var notFound *serviceerror.NotFound
+	require.True(t, errors.As(err, &notFound), "no workflow may start while paused: %v", err)
+
+	d, err := op.Show(ctx, slow.Identity)
+	require.NoError(t, err)
+	require.True(t, d.State.Paused)
+	require.Equal(t, workflows.StepHelper, d.State.Step, "held before configure")
+	require.False(t, devstack.Provisioned(slow))
+	out, code := e.cli(nil, "paused")
+	require.Equal(t, 0, code)
+	require.True(t, strings.HasPrefix(out, "paused since"), out)
+
+	_, err = op.SetPaused(ctx, false, "test", "")
+	require.NoError(t, err)
+	e.setFlag("helper-slow", false)
+	time.Sleep(service.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
+	_, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	e.waitProvisioned(60*time.Second, slow, fresh)
+	e.runs(slow.Identity, 1)
+	e.runs(fresh.Identity, 1)
+}
