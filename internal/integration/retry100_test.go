@@ -1,0 +1,91 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// `retry --failed` over 100 failed hosts, timed. The hosts are workflows whose only step fails
+// while a flag is set (no Choria servers: what is measured is the operator path through
+// Temporal: listing, reading each failed run's input, starting the new runs).
+func TestIntegrationRetryFailedHundredHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	const hosts = 100
+	ctx := context.Background()
+	c, err := codec.New(codec.NewKey())
+	require.NoError(t, err)
+	dc := codec.DataConverter(c)
+	tc, err := client.Dial(client.Options{HostPort: temporalAddress, DataConverter: dc, Logger: logging.NewTemporal(zap.NewNop())})
+	require.NoError(t, err)
+	defer tc.Close()
+
+	queue := "it-retry100"
+	var broken atomic.Bool
+	broken.Store(true)
+	w := worker.New(tc, queue, worker.Options{})
+	w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
+		if broken.Load() {
+			return nil, temporal.NewNonRetryableApplicationError("inventory: CMDB is down", activities.ErrTypeAborted, nil)
+		}
+		return &activities.InventoryResult{Inventory: "{}"}, nil
+	}, activity.RegisterOptions{Name: activities.InventoryName})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
+		return &activities.HelperOutput{Configuration: map[string]string{"identity": in.Input.Identity}}, nil
+	}, activity.RegisterOptions{Name: activities.RunHelperName})
+	for _, name := range []string{activities.ConfigureName} {
+		w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
+			return &activities.MessageResult{}, nil
+		}, activity.RegisterOptions{Name: name})
+	}
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
+		return &activities.MessageResult{}, nil
+	}, activity.RegisterOptions{Name: activities.RestartName})
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	for i := 0; i < hosts; i++ {
+		id := fmt.Sprintf("retry100-node-%03d.example", i)
+		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.WorkflowID(id), TaskQueue: queue,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE}, workflows.WorkflowName,
+			workflows.ProvisionInput{Identity: id, Site: "bench"})
+		require.NoError(t, err)
+	}
+	op := &operator.Operator{C: tc, DC: dc, TaskQueue: queue}
+	require.Eventually(t, func() bool {
+		l, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed})
+		return err == nil && len(l) == hosts
+	}, 60*time.Second, 250*time.Millisecond)
+
+	broken.Store(false)
+	start := time.Now()
+	sum, err := op.RetryFailed(ctx, operator.Filter{}, nil)
+	took := time.Since(start)
+	require.NoError(t, err)
+	require.Len(t, sum.Retried, hosts, "%v", sum.Skipped)
+	t.Logf("retry --failed of %d failed hosts took %v (%.1f hosts/s)", hosts, took, float64(hosts)/took.Seconds())
+	require.Eventually(t, func() bool {
+		l, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeProvisioned})
+		return err == nil && len(l) == hosts
+	}, 120*time.Second, 500*time.Millisecond)
+}
