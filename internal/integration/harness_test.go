@@ -36,7 +36,8 @@ type env struct {
 }
 
 type envOptions struct {
-	servers int
+	ownTemporalWithUI bool // a Temporal of the test's own, with the Web UI
+	servers           int
 	helper  func(stack *devstack.Stack) string // helper command line; nil: the example helper
 }
 
@@ -50,10 +51,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 	name := strings.ToLower(nonWord.ReplaceAllString(strings.TrimPrefix(t.Name(), "TestIntegration"), "-"))
 	dir := t.TempDir()
 	ctx := context.Background()
-	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
+	opts := devstack.StackOptions{
 		Dir: dir, Self: selfBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info",
-	})
+	}
+	if o.ownTemporalWithUI {
+		bin, err := devstack.FindTemporalBinary()
+		require.NoError(t, err)
+		opts.TemporalAddress, opts.TemporalBin, opts.UI = "", bin, true
+	}
+	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 	if o.helper != nil {
@@ -66,7 +73,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	require.NoError(t, err)
 	dc, _, err := service.DataConverter(cfg)
 	require.NoError(t, err)
-	c, err := client.Dial(client.Options{HostPort: temporalAddress, DataConverter: dc, Logger: logging.NewTemporal(zap.NewNop())})
+	c, err := client.Dial(client.Options{HostPort: stack.TemporalAddress, DataConverter: dc, Logger: logging.NewTemporal(zap.NewNop())})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &env{t: t, stack: stack, cfg: cfg, client: c}
