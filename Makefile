@@ -6,7 +6,7 @@ TEMPORAL   := $(BIN)/temporal
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build tools run test test-unit test-integration lint bench clean
+.PHONY: all build tools run test test-unit test-integration lint compose-check bench clean
 
 all: build
 
@@ -25,7 +25,7 @@ run: build
 	$(PROVISIONER) dev $(ARGS)
 
 ## test: unit tests, then integration tests against real Temporal, broker and go-choria servers
-test: tools lint
+test: tools lint compose-check
 	$(GO_TEST) $(TEST_FLAGS) ./...
 
 test-unit:
@@ -33,6 +33,11 @@ test-unit:
 
 test-integration: tools
 	$(GO_TEST) $(TEST_FLAGS) -run Integration ./...
+
+## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
+compose-check:
+	@command -v docker-compose >/dev/null || { echo "docker-compose is needed to validate docker-compose.yaml: apt-get install docker-compose"; exit 1; }
+	docker-compose -f docker-compose.yaml config -q
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -15,6 +15,14 @@ import (
 // version is set at build time with -ldflags "-X main.version=..."
 var version = "development"
 
+func selfPath() string {
+	p, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return p
+}
+
 func main() {
 	app := fisk.New("choria-provisioner", "Provisions Choria Servers, one durable Temporal workflow per host")
 	app.Version(version)
@@ -31,6 +39,10 @@ func main() {
 	helper.register(app)
 	hosts := &hostsCommand{}
 	hosts.register(app)
+	creds := &credentialsCommand{}
+	creds.register(app)
+	broker := &brokerCommand{}
+	broker.register(app)
 
 	cmd := app.MustParseWithUsage(os.Args[1:])
 
@@ -53,6 +65,10 @@ func main() {
 		err = fleet.run(ctx)
 	case "example-helper":
 		err = helper.run()
+	case "credentials":
+		err = creds.run()
+	case "broker":
+		err = broker.run(ctx)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)

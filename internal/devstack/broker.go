@@ -36,7 +36,8 @@ func FreePort() (int, error) {
 // StartBroker writes a broker config into dir and starts the broker; it stops when ctx ends.
 // The broker may share the dev process with the provisioner: it is a NATS server, not a Choria
 // server instance, and keeps none of the process-wide provisioning state.
-func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, port int, creds *Credentials, logLevel string, logFile string) (*Broker, error) {
+// listen is 127.0.0.1 everywhere but in containers.
+func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, listen string, port int, creds *Credentials, logLevel string, logFile string) (*Broker, error) {
 	statsPort, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -46,7 +47,7 @@ func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, port int, 
 loglevel = %s
 logfile = %s
 plugin.choria.broker_network = true
-plugin.choria.network.listen_address = 127.0.0.1
+plugin.choria.network.listen_address = %s
 plugin.choria.network.client_port = %d
 plugin.choria.network.peer_port = 0
 plugin.choria.stats_address = 127.0.0.1
@@ -60,7 +61,7 @@ plugin.security.issuer.names = choria
 plugin.security.issuer.choria.public = %s
 plugin.choria.network.provisioning.client_password = %s
 plugin.choria.use_srv = false
-`, logLevel, logFile, port, statsPort, creds.BrokerCert, creds.BrokerKey, creds.BrokerJWT, creds.BrokerSeed, creds.IssuerPublic, creds.ProvisioningPassword)
+`, logLevel, logFile, listen, port, statsPort, creds.BrokerCert, creds.BrokerKey, creds.BrokerJWT, creds.BrokerSeed, creds.IssuerPublic, creds.ProvisioningPassword)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}

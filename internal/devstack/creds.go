@@ -51,8 +51,9 @@ type Credentials struct {
 const ProvisionerCallerID = "provisioner_signer"
 
 // LoadOrCreateCredentials makes the credentials in dir unless they exist already; brokerURL goes
-// into the provisioning JWT so servers know where to connect.
-func LoadOrCreateCredentials(dir string, brokerURL string) (*Credentials, error) {
+// into the provisioning JWT so servers know where to connect. The broker certificate is for
+// localhost and 127.0.0.1, plus brokerHosts (names the broker has in a container network).
+func LoadOrCreateCredentials(dir string, brokerURL string, brokerHosts ...string) (*Credentials, error) {
 	c := &Credentials{
 		Dir:             dir,
 		IssuerSeed:      filepath.Join(dir, "issuer.seed"),
@@ -91,7 +92,7 @@ func LoadOrCreateCredentials(dir string, brokerURL string) (*Credentials, error)
 		return nil, err
 	}
 
-	if err := writeSelfSignedCert(c.BrokerCert, c.BrokerKey); err != nil {
+	if err := writeSelfSignedCert(c.BrokerCert, c.BrokerKey, brokerHosts); err != nil {
 		return nil, fmt.Errorf("broker certificate: %w", err)
 	}
 
@@ -185,7 +186,7 @@ func writeSeed(file string) (ed25519.PublicKey, ed25519.PrivateKey, error) {
 	return pub, pri, nil
 }
 
-func writeSelfSignedCert(certFile, keyFile string) error {
+func writeSelfSignedCert(certFile, keyFile string, hosts []string) error {
 	pub, pri, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return err
@@ -197,7 +198,7 @@ func writeSelfSignedCert(certFile, keyFile string) error {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: "localhost"},
-		DNSNames:              []string{"localhost"},
+		DNSNames:              append([]string{"localhost"}, hosts...),
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),

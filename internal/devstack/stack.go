@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/testsuite"
-
-	"github.com/choria-temporal/provisioner/internal/codec"
 )
 
 // StackOptions describe a local provisioning network.
@@ -114,7 +112,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		s.TemporalAddress = s.Temporal.FrontendHostPort()
 	}
 
-	s.Broker, err = StartBroker(s.ctx, &s.wg, o.Dir, brokerPort, s.Creds, "warn", filepath.Join(o.Dir, "broker.log"))
+	s.Broker, err = StartBroker(s.ctx, &s.wg, o.Dir, "127.0.0.1", brokerPort, s.Creds, "warn", filepath.Join(o.Dir, "broker.log"))
 	if err != nil {
 		s.Stop()
 		return nil, err
@@ -134,97 +132,20 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 }
 
 func (s *Stack) writeProvisionerConfig() error {
-	c := s.Creds
-	s.ClientConfig = filepath.Join(s.Opts.Dir, "client.conf")
-	client := fmt.Sprintf(`identity = %s
-collectives = provisioning
-main_collective = provisioning
-loglevel = warn
-plugin.choria.middleware_hosts = %s
-plugin.choria.use_srv = false
-plugin.security.provider = choria
-plugin.security.choria.token_file = %s
-plugin.security.choria.seed_file = %s
-plugin.security.choria.ca = %s
-plugin.security.issuer.names = choria
-plugin.security.issuer.choria.public = %s
-`, ProvisionerCallerID, s.Broker.URL, c.ProvisionerJWT, c.ProvisionerSeed, c.BrokerCert, c.IssuerPublic)
-	if err := os.WriteFile(s.ClientConfig, []byte(client), 0o600); err != nil {
+	helper := s.Opts.Helper
+	if helper == "" {
+		helper = ExampleHelperCommand(s.Opts.Self, s.Broker.URL, s.Creds.IssuerPublic)
+	}
+	files, err := WriteSiteFiles(s.Creds, SiteOptions{
+		Dir: s.Opts.Dir, BrokerURL: s.Broker.URL, TemporalAddress: s.TemporalAddress, TaskQueue: s.TaskQueue,
+		Helper: helper, Interval: s.Opts.Interval, DeferDelay: s.Opts.DeferDelay, LogLevel: s.Opts.LogLevel,
+		LogFile: filepath.Join(s.Opts.Dir, "provisioner.log"), MonitorPort: s.Opts.MonitorPort, MonitorAddress: "127.0.0.1",
+	})
+	if err != nil {
 		return err
 	}
-	s.AdminConfig = filepath.Join(s.Opts.Dir, "admin.conf")
-	admin := fmt.Sprintf(`identity = admin
-collectives = choria
-main_collective = choria
-loglevel = warn
-plugin.choria.middleware_hosts = %s
-plugin.choria.use_srv = false
-plugin.security.provider = choria
-plugin.security.choria.token_file = %s
-plugin.security.choria.seed_file = %s
-plugin.security.choria.ca = %s
-plugin.security.issuer.names = choria
-plugin.security.issuer.choria.public = %s
-`, s.Broker.URL, c.AdminJWT, c.AdminSeed, c.BrokerCert, c.IssuerPublic)
-	if err := os.WriteFile(s.AdminConfig, []byte(admin), 0o600); err != nil {
-		return err
-	}
-
-	s.CodecKeyFile = filepath.Join(s.Opts.Dir, "codec.key")
-	if _, err := os.Stat(s.CodecKeyFile); err != nil {
-		if err := os.WriteFile(s.CodecKeyFile, []byte(codec.NewKey()+"\n"), 0o600); err != nil {
-			return err
-		}
-	}
-
-	s.HelperCommand = s.Opts.Helper
-	if s.HelperCommand == "" {
-		// the stand-alone helper binary starts in milliseconds; the subcommand carries go-choria's
-		// start-up cost (~0.3 s) on every call
-		helper := s.Opts.Self + " example-helper"
-		if st, err := os.Stat(filepath.Join(filepath.Dir(s.Opts.Self), "example-helper")); err == nil && !st.IsDir() {
-			helper = filepath.Join(filepath.Dir(s.Opts.Self), "example-helper")
-		}
-		s.HelperCommand = fmt.Sprintf("%s --broker %s --issuer %s", helper, s.Broker.URL, c.IssuerPublic)
-	}
-	interval := s.Opts.Interval
-	if interval == "" {
-		interval = "1m"
-	}
-	deferDelay := s.Opts.DeferDelay
-	if deferDelay == "" {
-		deferDelay = "10s"
-	}
-	s.ConfigFile = filepath.Join(s.Opts.Dir, "provisioner.yaml")
-	yaml := fmt.Sprintf(`# written by choria-provisioner dev; every key is a Choria Provisioner key except temporal,
-# choria_config, defer_delay and monitor_address
-interval: %s
-site: dev
-loglevel: %s
-logfile: %s
-helper: %q
-token: %q
-monitor_port: %d
-monitor_address: 127.0.0.1
-broker_provisioning_password: %q
-lifecycle_component: provision_mode_server
-features:
-  jwt: true
-  ed25519: true
-jwt_verify_cert: %q
-jwt_signing_key: %q
-jwt_signing_token: %q
-server_jwt_validity: 365d
-defer_delay: %s
-choria_config: %q
-temporal:
-  address: %q
-  namespace: default
-  task_queue: %s
-  codec_key_file: %q
-`, interval, s.Opts.LogLevel, filepath.Join(s.Opts.Dir, "provisioner.log"), s.HelperCommand, c.Token, s.Opts.MonitorPort, c.ProvisioningPassword,
-		c.IssuerPublic, c.ProvisionerSeed, c.ProvisionerJWT, deferDelay, s.ClientConfig, s.TemporalAddress, s.TaskQueue, s.CodecKeyFile)
-	return os.WriteFile(s.ConfigFile, []byte(yaml), 0o600)
+	s.ConfigFile, s.ClientConfig, s.AdminConfig, s.CodecKeyFile, s.HelperCommand = files.ConfigFile, files.ClientConfig, files.AdminConfig, files.CodecKeyFile, helper
+	return nil
 }
 
 // UIURL is the Web UI address when the UI is on.

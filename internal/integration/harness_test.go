@@ -38,7 +38,7 @@ type env struct {
 type envOptions struct {
 	ownTemporalWithUI bool // a Temporal of the test's own, with the Web UI
 	servers           int
-	helper  func(stack *devstack.Stack) string // helper command line; nil: the example helper
+	helper            func(stack *devstack.Stack) string // helper command line; nil: the example helper
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
