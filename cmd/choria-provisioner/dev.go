@@ -10,6 +10,7 @@ import (
 	"github.com/choria-io/fisk"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
@@ -22,6 +23,7 @@ type devCommand struct {
 	uiPort       int
 	temporalPort int
 	monitorPort  int
+	codecPort    int
 	inMemory     bool
 	temporalBin  string
 }
@@ -33,6 +35,7 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("ui-port", "Temporal Web UI port").Default("8233").IntVar(&d.uiPort)
 	cmd.Flag("temporal-port", "Temporal frontend port").Default("7233").IntVar(&d.temporalPort)
 	cmd.Flag("monitor-port", "Prometheus metrics port").Default("9464").IntVar(&d.monitorPort)
+	cmd.Flag("codec-port", "Codec server port (decrypts payloads for the temporal CLI)").Default("8081").IntVar(&d.codecPort)
 	cmd.Flag("in-memory", "Keep Temporal's state in memory instead of the state directory").UnNegatableBoolVar(&d.inMemory)
 	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
 }
@@ -53,9 +56,10 @@ func (d *devCommand) run(ctx context.Context) error {
 	}
 	started := time.Now()
 	fmt.Printf("Starting Temporal, the Choria broker and %d servers in %s ...\n", d.servers, dir)
+	codecURL := fmt.Sprintf("http://127.0.0.1:%d", d.codecPort)
 	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
 		Dir: dir, Self: self, TemporalBin: d.temporalBin, Servers: d.servers, Persist: !d.inMemory,
-		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort,
+		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL,
 	})
 	if err != nil {
 		return err
@@ -67,6 +71,25 @@ func (d *devCommand) run(ctx context.Context) error {
 		return err
 	}
 	defer log.Sync()
+
+	tokenFile := filepath.Join(dir, "codec-server.token")
+	if _, err := os.Stat(tokenFile); err != nil {
+		if err := os.WriteFile(tokenFile, []byte(codec.NewKey()+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	token, err := readToken(tokenFile)
+	if err != nil {
+		return err
+	}
+	_, cd, err := service.DataConverter(cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := serveCodec(ctx, fmt.Sprintf("127.0.0.1:%d", d.codecPort), cd, token, []string{stack.UIURL()}); err != nil {
+		return fmt.Errorf("codec server: %w", err)
+	}
+
 	svc, err := service.New(cfg, log, service.Options{Worker: true, Discovery: true})
 	if err != nil {
 		return err
@@ -81,10 +104,14 @@ func (d *devCommand) run(ctx context.Context) error {
   Fleet             %s
   Operator CLI      %s hosts list --config %s
                     %s hosts reprovision NODE --config %s --choria-config %s
+  Codec server      %s (bearer token in %s)
+                    temporal workflow query --address %s --workflow-id provision:NODE --type status \
+                      --codec-endpoint %s --codec-auth "Bearer $(cat %s)"
 
 Press Ctrl-C to stop everything.
 `, stack.UIURL(), stack.TemporalAddress, stack.TemporalAddress, d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir,
-		self, stack.ConfigFile, self, stack.ConfigFile, stack.AdminConfig)
+		self, stack.ConfigFile, self, stack.ConfigFile, stack.AdminConfig,
+		codecURL, tokenFile, stack.TemporalAddress, codecURL, tokenFile)
 
 	go reportProgress(ctx, stack, started, log)
 	return svc.Run(ctx, nil)

@@ -43,6 +43,8 @@ func main() {
 	creds.register(app)
 	broker := &brokerCommand{}
 	broker.register(app)
+	codecSrv := &codecServerCommand{}
+	codecSrv.register(app)
 
 	cmd := app.MustParseWithUsage(os.Args[1:])
 
@@ -69,6 +71,8 @@ func main() {
 		err = creds.run()
 	case "broker":
 		err = broker.run(ctx)
+	case "codec-server":
+		err = codecSrv.run(ctx)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)

@@ -2,11 +2,15 @@ package codec
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 func TestRoundTripAndNoPlaintext(t *testing.T) {
@@ -73,4 +77,51 @@ func TestBadKeys(t *testing.T) {
 	require.Error(t, err)
 	_, err = New("zz" + NewKey()[2:])
 	require.Error(t, err)
+}
+
+func TestServerDecodesForAuthorisedCallersOnly(t *testing.T) {
+	c, err := New(NewKey())
+	require.NoError(t, err)
+	srv := httptest.NewServer(Handler(c, "s3cret-token", []string{"http://127.0.0.1:8233"}))
+	defer srv.Close()
+
+	enc, err := DataConverter(c).ToPayload("the signed server JWT")
+	require.NoError(t, err)
+	body, err := protojson.Marshal(&commonpb.Payloads{Payloads: []*commonpb.Payload{enc}})
+	require.NoError(t, err)
+
+	post := func(auth string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/decode", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Origin", "http://127.0.0.1:8233")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	for _, bad := range []string{"", "Bearer wrong", "s3cret-token", "Basic s3cret-token"} {
+		resp := post(bad)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, bad)
+		resp.Body.Close()
+	}
+	resp := post("Bearer s3cret-token")
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "http://127.0.0.1:8233", resp.Header.Get("Access-Control-Allow-Origin"))
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var decoded commonpb.Payloads
+	require.NoError(t, protojson.Unmarshal(out, &decoded))
+	var s string
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayload(decoded.Payloads[0], &s))
+	require.Equal(t, "the signed server JWT", s)
+
+	req, _ := http.NewRequest(http.MethodOptions, srv.URL+"/decode", nil)
+	req.Header.Set("Origin", "http://evil.example")
+	pre, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	pre.Body.Close()
+	require.Empty(t, pre.Header.Get("Access-Control-Allow-Origin"), "unknown origins get no CORS grant")
 }

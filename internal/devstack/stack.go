@@ -36,6 +36,8 @@ type StackOptions struct {
 	IdentityPrefix string
 	// TaskQueue defaults to choria-provisioner.
 	TaskQueue string
+	// UICodecEndpoint points the Web UI at a codec server.
+	UICodecEndpoint string
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
@@ -105,7 +107,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		dbFile = filepath.Join(o.Dir, "temporal.db")
 	}
 	if s.TemporalAddress == "" {
-		s.Temporal, err = StartTemporal(ctx, TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour})
+		s.Temporal, err = StartTemporal(ctx, TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint})
 		if err != nil {
 			return nil, err
 		}

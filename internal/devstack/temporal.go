@@ -27,6 +27,8 @@ type TemporalOptions struct {
 	Namespace string
 	Output    io.Writer
 	Retention time.Duration
+	// UICodecEndpoint points the Web UI at a remote codec server.
+	UICodecEndpoint string
 }
 
 // FindTemporalBinary looks for the temporal CLI next to this executable, then in .bin/ of the
@@ -80,6 +82,9 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	if o.DBFile != "" {
 		// 2.3x the throughput of the default pragmas, measured (docs/architecture.md)
 		opts.ExtraArgs = []string{"--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"}
+	}
+	if o.UICodecEndpoint != "" {
+		opts.ExtraArgs = append(opts.ExtraArgs, "--ui-codec-endpoint", o.UICodecEndpoint)
 	}
 	if opts.Stdout == nil {
 		opts.Stdout, opts.Stderr = io.Discard, io.Discard
