@@ -1,0 +1,89 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// temporalCLI runs the Temporal CLI built from tools/go.mod against the test's server.
+func (e *env) temporalCLI(args ...string) string {
+	e.t.Helper()
+	bin, err := devstack.FindTemporalBinary()
+	require.NoError(e.t, err)
+	cmd := exec.Command(bin, append(args, "--address", e.stack.TemporalAddress)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(e.t, cmd.Run(), "temporal %v: %s", args, out.String())
+	return out.String()
+}
+
+// The `temporal` CLI commands docs/operations.md gives for operators do what it says: list failed
+// hosts by search attribute, describe one, read its status through the codec server, and
+// batch-reset every failed host once the helper works again.
+func TestIntegrationTemporalCLIForOperators(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 2, helper: switchableHelper(t)})
+	e.setFlag("helper-broken", true)
+	e.provisioner("replica-a")
+	op := e.operator()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		l, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed})
+		return err == nil && len(l) == 2
+	}, 90*time.Second, 500*time.Millisecond)
+	failedQuery := fmt.Sprintf(`ProvisionOutcome="failed" AND TaskQueue="%s"`, e.cfg.Temporal.TaskQueue)
+
+	out := e.temporalCLI("workflow", "list", "--query", failedQuery, "--output", "json")
+	for _, m := range e.stack.Fleet.Members {
+		require.Contains(t, out, workflows.WorkflowID(m.Identity))
+	}
+
+	id := workflows.WorkflowID(e.stack.Fleet.Identity(0))
+	out = e.temporalCLI("workflow", "describe", "--workflow-id", id)
+	require.Contains(t, strings.ToLower(out), "failed")
+	out = e.temporalCLI("workflow", "show", "--workflow-id", id)
+	require.Contains(t, out, "CA is down", "the history names each helper failure")
+
+	// status query: encrypted without the codec server, readable with it and its token
+	out = e.temporalCLI("workflow", "query", "--workflow-id", id, "--type", "status")
+	require.Contains(t, out, "encryption-key-id")
+	require.NotContains(t, out, "helper_message")
+	_, cd, err := service.DataConverter(e.cfg)
+	require.NoError(t, err)
+	token := "operator-token-0123456789"
+	srv := httptest.NewServer(codec.Handler(cd, token, nil))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	out = e.temporalCLI("workflow", "query", "--workflow-id", id, "--type", "status",
+		"--codec-endpoint", "http://"+addr, "--codec-auth", "Bearer "+token, "--output", "json")
+	require.Contains(t, out, `CA is down`)
+	var parsed struct {
+		QueryResult []workflows.Status `json:"queryResult"`
+	}
+	if json.Unmarshal([]byte(out), &parsed) == nil && len(parsed.QueryResult) > 0 {
+		require.Equal(t, workflows.OutcomeFailed, parsed.QueryResult[0].Outcome)
+	}
+
+	// batch reset of every failed host to its first workflow task: each runs again from the start
+	e.setFlag("helper-broken", false)
+	out = e.temporalCLI("workflow", "reset", "--query", failedQuery, "--type", "FirstWorkflowTask", "--reason", "helper fixed", "--yes")
+	require.True(t, strings.Contains(strings.ToLower(out), "batch") || strings.Contains(out, "job"), out)
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+	}
+}
