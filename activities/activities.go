@@ -191,6 +191,37 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 	return &ED25519Result{PublicKey: r.PublicKey(), Directory: r.Directory(), Signature: r.Signature(), Attempted: attempted(ctx)}, nil
 }
 
+// Gencsr asks the server for a key and CSR with its identity as common name (pki feature) and
+// validates the CSR against the identity and cert_deny_list.
+func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, err error) {
+	const rpc = "choria_provision#gencsr"
+	defer func() { err = a.finish(ctx, in.Identity, "gencsr", err) }()
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := a.ctxForRPC(ctx)
+	defer cancel()
+	start := time.Now()
+	out, err := pc.OptionTargets([]string{in.Identity}).Gencsr(a.cfg.Token).Cn(in.Identity).Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	r := out.AllOutputs()[0]
+	if err := ValidateCSR(r.Csr(), in.Identity, a.cfg.CertDenyList); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCSR, err)
+	}
+	return &CSRResult{CSR: r.Csr(), PublicKey: r.PublicKey(), SSLDir: r.Ssldir(), Attempted: attempted(ctx)}, nil
+}
+
 // Inventory calls rpcutil#inventory.
 func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *InventoryResult, err error) {
 	const rpc = "rpcutil#inventory"
@@ -287,7 +318,12 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *Mes
 		req = req.Ssldir(in.SSLDir)
 	}
 	if in.Key != "" {
-		req = req.Key(in.Key).EcdhPublic(in.ECDHPublic)
+		// a fresh provisioner ECDH pair per attempt: the server's half changes with every jwt call
+		enc, pub, err := EncryptKeyForServer(in.Key, in.ECDHPublic)
+		if err != nil {
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
+		}
+		req = req.Key(enc).EcdhPublic(pub)
 	}
 	if in.ServerJWT != "" {
 		req = req.ServerJwt(in.ServerJWT)

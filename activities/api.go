@@ -11,6 +11,7 @@ import (
 // Activity names, as registered on the worker and referenced by the workflow.
 const (
 	FetchJWTName       = "FetchJWT"
+	GencsrName         = "Gencsr"
 	Gen25519Name       = "Gen25519"
 	InventoryName      = "Inventory"
 	RunHelperName      = "RunHelper"
@@ -34,6 +35,7 @@ const (
 	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
 	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
 	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
+	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
 )
 
 // Attempted carries the activity attempt that produced a result, so the workflow's timeline can
@@ -70,6 +72,7 @@ type ED25519Result struct {
 
 // CSRResult is what the helper gets as csr (pki feature).
 type CSRResult struct {
+	Attempted
 	CSR       string `json:"csr"`
 	PublicKey string `json:"public_key"`
 	SSLDir    string `json:"ssldir"`
@@ -139,8 +142,8 @@ type ConfigureInput struct {
 	Certificate    string            `json:"certificate,omitempty"`
 	CA             string            `json:"ca,omitempty"`
 	SSLDir         string            `json:"ssldir,omitempty"`
-	Key            string            `json:"key,omitempty"`
-	ECDHPublic     string            `json:"ecdh_public,omitempty"`
+	Key            string            `json:"key,omitempty"`         // the helper's private key, encrypted for transport by the activity
+	ECDHPublic     string            `json:"ecdh_public,omitempty"` // the server's ecdh_public from the jwt step
 	ServerJWT      string            `json:"server_jwt,omitempty"`
 	ActionPolicies map[string]string `json:"action_policies,omitempty"`
 	OPAPolicies    map[string]string `json:"opa_policies,omitempty"`

@@ -66,6 +66,7 @@ const (
 const (
 	StepJWT       = "jwt"
 	StepGen25519  = "gen25519"
+	StepGencsr    = "gencsr"
 	StepInventory = "inventory"
 	StepHelper    = "helper"
 	StepSign      = "sign"

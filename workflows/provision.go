@@ -138,7 +138,8 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 		if err := p.step(ctx, StepGen25519, activities.Gen25519Name, host, &ed); err != nil {
 			return nil, err
 		}
-		helperIn.Input.ED25519PubKey = &ed
+		// the helper contract's keys only: no attempt count
+		helperIn.Input.ED25519PubKey = &activities.ED25519Result{PublicKey: ed.PublicKey, Directory: ed.Directory, Signature: ed.Signature}
 	}
 
 	var inv activities.InventoryResult
@@ -147,6 +148,15 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 	}
 	helperIn.Input.Inventory = inv.Inventory
 	p.status.ServerVersion = inv.Version
+
+	var csr *activities.CSRResult
+	if p.in.Features.PKI {
+		csr = &activities.CSRResult{}
+		if err := p.step(ctx, StepGencsr, activities.GencsrName, host, csr); err != nil {
+			return nil, err
+		}
+		helperIn.Input.CSR = &activities.CSRResult{CSR: csr.CSR, PublicKey: csr.PublicKey, SSLDir: csr.SSLDir}
+	}
 
 	var decision activities.HelperOutput
 	if err := p.step(ctx, StepHelper, activities.RunHelperName, helperIn, &decision); err != nil {
@@ -181,6 +191,13 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 		SSLDir:         decision.SSLDir,
 		ActionPolicies: decision.ActionPolicies,
 		OPAPolicies:    decision.OPAPolicies,
+	}
+	if csr != nil && csr.SSLDir != "" {
+		conf.SSLDir = csr.SSLDir // where the server put its key: the certificate must go beside it
+	}
+	if decision.Key != "" {
+		conf.Key = decision.Key
+		conf.ECDHPublic = jwtRes.ECDHPublic
 	}
 
 	if p.in.Features.ED25519 {
@@ -364,7 +381,7 @@ func reason(err error) string {
 func stepOptions(step string) (workflow.ActivityOptions, int) {
 	nonRetryable := []string{
 		activities.ErrTypeInvalidJWT, activities.ErrTypeBadSignature, activities.ErrTypeSigning,
-		activities.ErrTypeConfig, activities.ErrTypeNotProvisioning,
+		activities.ErrTypeConfig, activities.ErrTypeNotProvisioning, activities.ErrTypeCSR,
 	}
 	policy := &temporal.RetryPolicy{
 		InitialInterval:        time.Second,
@@ -377,6 +394,8 @@ func stepOptions(step string) (workflow.ActivityOptions, int) {
 	switch step {
 	case StepRestart, StepShutdown:
 		policy.MaximumAttempts = 3
+	case StepGencsr:
+		policy.MaximumAttempts = 2 // the Choria Provisioner tried once; a new key per attempt is cheap
 	case StepSign:
 		policy.MaximumAttempts = 2
 		opts.StartToCloseTimeout = 30 * time.Second

@@ -39,7 +39,7 @@ func (c *credentialsCommand) run() error {
 	}
 	helper := c.helper
 	if helper == "" {
-		helper = devstack.ExampleHelperCommand(selfPath(), c.brokerURL, creds.IssuerPublic)
+		helper = devstack.ExampleHelperCommand(selfPath(), c.brokerURL, creds)
 	}
 	files, err := devstack.WriteSiteFiles(creds, devstack.SiteOptions{Dir: c.dir, BrokerURL: c.brokerURL, TemporalAddress: c.temporal,
 		Helper: helper, MonitorPort: c.monitorPort, MonitorAddress: c.monitorAddress})

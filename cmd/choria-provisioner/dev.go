@@ -26,6 +26,7 @@ type devCommand struct {
 	codecPort    int
 	inMemory     bool
 	temporalBin  string
+	mode         string
 }
 
 func (d *devCommand) register(app *fisk.Application) {
@@ -36,6 +37,7 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("temporal-port", "Temporal frontend port").Default("7233").IntVar(&d.temporalPort)
 	cmd.Flag("monitor-port", "Prometheus metrics port").Default("9464").IntVar(&d.monitorPort)
 	cmd.Flag("codec-port", "Codec server port (decrypts payloads for the temporal CLI)").Default("8081").IntVar(&d.codecPort)
+	cmd.Flag("mode", "Security mode of the demo network: issuer (ed25519 Organization Issuer) or pki (x509 CA)").Default("issuer").EnumVar(&d.mode, devstack.ModeIssuer, devstack.ModePKI)
 	cmd.Flag("in-memory", "Keep Temporal's state in memory instead of the state directory").UnNegatableBoolVar(&d.inMemory)
 	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
 }
@@ -59,7 +61,7 @@ func (d *devCommand) run(ctx context.Context) error {
 	codecURL := fmt.Sprintf("http://127.0.0.1:%d", d.codecPort)
 	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
 		Dir: dir, Self: self, TemporalBin: d.temporalBin, Servers: d.servers, Persist: !d.inMemory,
-		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL,
+		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL, Mode: d.mode,
 	})
 	if err != nil {
 		return err

@@ -37,7 +37,10 @@ type exampleHelperCommand struct {
 func (h *exampleHelperCommand) register(app *fisk.Application) {
 	cmd := app.Command("example-helper", "Example provisioning helper for Organization Issuer mode (JSON on stdin and stdout)")
 	cmd.Flag("broker", "Broker URL provisioned servers connect to").Required().StringVar(&h.opts.BrokerURL)
-	cmd.Flag("issuer", "Organization Issuer public key (hex)").Required().StringVar(&h.opts.IssuerPublic)
+	cmd.Flag("issuer", "Organization Issuer public key (hex)").StringVar(&h.opts.IssuerPublic)
+	cmd.Flag("ca-cert", "pki mode: CA certificate that signs CSRs").StringVar(&h.opts.CACert)
+	cmd.Flag("ca-key", "pki mode: CA private key").StringVar(&h.opts.CAKey)
+	cmd.Flag("supply-key", "pki mode: make the server's private key here and send it").UnNegatableBoolVar(&h.opts.SupplyKey)
 	cmd.Flag("loglevel", "Server log level").Default("info").StringVar(&h.opts.LogLevel)
 }
 

@@ -14,10 +14,13 @@ func main() {
 	var o examplehelper.Options
 	flag.StringVar(&o.BrokerURL, "broker", "", "Broker URL provisioned servers connect to")
 	flag.StringVar(&o.IssuerPublic, "issuer", "", "Organization Issuer public key (hex)")
+	flag.StringVar(&o.CACert, "ca-cert", "", "pki mode: CA certificate that signs CSRs")
+	flag.StringVar(&o.CAKey, "ca-key", "", "pki mode: CA private key")
+	flag.BoolVar(&o.SupplyKey, "supply-key", false, "pki mode: make the server's private key here and send it")
 	flag.StringVar(&o.LogLevel, "loglevel", "info", "Server log level")
 	flag.Parse()
-	if o.BrokerURL == "" || o.IssuerPublic == "" {
-		fmt.Fprintln(os.Stderr, "example-helper: --broker and --issuer are required")
+	if o.BrokerURL == "" || (o.IssuerPublic == "" && o.CACert == "") {
+		fmt.Fprintln(os.Stderr, "example-helper: --broker and either --issuer or --ca-cert/--ca-key are required")
 		os.Exit(2)
 	}
 	if err := examplehelper.Run(o, os.Stdin, os.Stdout); err != nil {

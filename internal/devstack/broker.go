@@ -52,16 +52,9 @@ plugin.choria.network.client_port = %d
 plugin.choria.network.peer_port = 0
 plugin.choria.stats_address = 127.0.0.1
 plugin.choria.stats_port = %d
-plugin.security.provider = choria
-plugin.security.choria.certificate = %s
-plugin.security.choria.key = %s
-plugin.security.choria.token_file = %s
-plugin.security.choria.seed_file = %s
-plugin.security.issuer.names = choria
-plugin.security.issuer.choria.public = %s
-plugin.choria.network.provisioning.client_password = %s
+%splugin.choria.network.provisioning.client_password = %s
 plugin.choria.use_srv = false
-`, logLevel, logFile, listen, port, statsPort, creds.BrokerCert, creds.BrokerKey, creds.BrokerJWT, creds.BrokerSeed, creds.IssuerPublic, creds.ProvisioningPassword)
+`, logLevel, logFile, listen, port, statsPort, creds.BrokerSecurity(), creds.ProvisioningPassword)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}

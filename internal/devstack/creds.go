@@ -21,7 +21,9 @@ import (
 // Credentials are the files of an Organization Issuer (ed25519) Choria network, generated fresh for
 // every state directory so that no key is ever committed.
 type Credentials struct {
-	Dir string
+	Dir  string
+	Mode string // ModeIssuer or ModePKI
+	PKI  *PKIFiles
 
 	IssuerSeed   string // hex ed25519 seed of the Organization Issuer
 	IssuerPublic string // hex public key, what jwt_verify_cert and the broker trust
@@ -56,6 +58,7 @@ const ProvisionerCallerID = "provisioner_signer"
 func LoadOrCreateCredentials(dir string, brokerURL string, brokerHosts ...string) (*Credentials, error) {
 	c := &Credentials{
 		Dir:             dir,
+		Mode:            ModeIssuer,
 		IssuerSeed:      filepath.Join(dir, "issuer.seed"),
 		BrokerCert:      filepath.Join(dir, "broker-cert.pem"),
 		BrokerKey:       filepath.Join(dir, "broker-key.pem"),
@@ -227,4 +230,51 @@ func randomHex(n int) string {
 		panic(err) // crypto/rand never fails on Linux
 	}
 	return hex.EncodeToString(b)
+}
+
+// BrokerSecurity is the broker configuration's security section.
+func (c *Credentials) BrokerSecurity() string {
+	if c.Mode == ModePKI {
+		return fmt.Sprintf(`plugin.security.provider = file
+plugin.security.file.certificate = %s
+plugin.security.file.key = %s
+plugin.security.file.ca = %s
+plugin.choria.network.provisioning.signer_cert = %s
+`, c.BrokerCert, c.BrokerKey, c.PKI.CACert, c.PKI.SignerPublic)
+	}
+	return fmt.Sprintf(`plugin.security.provider = choria
+plugin.security.choria.certificate = %s
+plugin.security.choria.key = %s
+plugin.security.choria.token_file = %s
+plugin.security.choria.seed_file = %s
+plugin.security.issuer.names = choria
+plugin.security.issuer.choria.public = %s
+`, c.BrokerCert, c.BrokerKey, c.BrokerJWT, c.BrokerSeed, c.IssuerPublic)
+}
+
+// ClientSecurity is a Choria client configuration's security section; admin selects the fleet
+// administrator instead of the provisioner.
+func (c *Credentials) ClientSecurity(admin bool) string {
+	if c.Mode == ModePKI {
+		cert, key := c.PKI.ProvisionerCert, c.PKI.ProvisionerKey
+		if admin {
+			cert, key = c.PKI.AdminCert, c.PKI.AdminKey
+		}
+		return fmt.Sprintf(`plugin.security.provider = file
+plugin.security.file.certificate = %s
+plugin.security.file.key = %s
+plugin.security.file.ca = %s
+`, cert, key, c.PKI.CACert)
+	}
+	token, seed := c.ProvisionerJWT, c.ProvisionerSeed
+	if admin {
+		token, seed = c.AdminJWT, c.AdminSeed
+	}
+	return fmt.Sprintf(`plugin.security.provider = choria
+plugin.security.choria.token_file = %s
+plugin.security.choria.seed_file = %s
+plugin.security.choria.ca = %s
+plugin.security.issuer.names = choria
+plugin.security.issuer.choria.public = %s
+`, token, seed, c.BrokerCert, c.IssuerPublic)
 }

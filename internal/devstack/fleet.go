@@ -106,15 +106,18 @@ func (f *Fleet) Stop(grace time.Duration) {
 // Wait blocks until ctx ends; members run until Stop.
 func (f *Fleet) Wait(ctx context.Context) { <-ctx.Done() }
 
-// Provisioned reports whether m has been given a configuration that turns provisioning off and a
-// server JWT: what a successful configure leaves behind.
+// Provisioned reports whether m has been given a configuration that turns provisioning off and
+// its credentials (a server JWT, or a certificate in pki mode): what a successful configure
+// leaves behind.
 func Provisioned(m *FleetMember) bool {
 	b, err := os.ReadFile(m.ConfigFile)
-	if err != nil {
+	if err != nil || !strings.Contains(string(b), "plugin.choria.server.provision=false") {
 		return false
 	}
-	if _, err := os.Stat(filepath.Join(m.Dir, "server.jwt")); err != nil {
-		return false
+	for _, f := range []string{"server.jwt", filepath.Join("ssl", "certificate.pem")} {
+		if _, err := os.Stat(filepath.Join(m.Dir, f)); err == nil {
+			return true
+		}
 	}
-	return strings.Contains(string(b), "plugin.choria.server.provision=false")
+	return false
 }

@@ -34,12 +34,15 @@ type SiteFiles struct {
 // ExampleHelperCommand is the command line of the example helper beside self: the stand-alone
 // binary when present (it starts in milliseconds), else self's subcommand (~0.3 s of go-choria
 // start-up per call).
-func ExampleHelperCommand(self, brokerURL, issuerPublic string) string {
+func ExampleHelperCommand(self, brokerURL string, c *Credentials) string {
 	helper := self + " example-helper"
 	if st, err := os.Stat(filepath.Join(filepath.Dir(self), "example-helper")); err == nil && !st.IsDir() {
 		helper = filepath.Join(filepath.Dir(self), "example-helper")
 	}
-	return fmt.Sprintf("%s --broker %s --issuer %s", helper, brokerURL, issuerPublic)
+	if c.Mode == ModePKI {
+		return fmt.Sprintf("%s --broker %s --ca-cert %s --ca-key %s", helper, brokerURL, c.PKI.CACert, c.PKI.CAKey)
+	}
+	return fmt.Sprintf("%s --broker %s --issuer %s", helper, brokerURL, c.IssuerPublic)
 }
 
 // WriteSiteFiles writes the provisioner configuration for an Organization Issuer site made by
@@ -66,25 +69,23 @@ func WriteSiteFiles(c *Credentials, o SiteOptions) (*SiteFiles, error) {
 		AdminConfig:  filepath.Join(o.Dir, "admin.conf"),
 		CodecKeyFile: filepath.Join(o.Dir, "codec.key"),
 	}
-	clientConf := func(identity, collective, token, seed string) string {
+	clientConf := func(identity, collective string, admin bool) string {
 		return fmt.Sprintf(`identity = %s
 collectives = %s
 main_collective = %s
 loglevel = warn
 plugin.choria.middleware_hosts = %s
 plugin.choria.use_srv = false
-plugin.security.provider = choria
-plugin.security.choria.token_file = %s
-plugin.security.choria.seed_file = %s
-plugin.security.choria.ca = %s
-plugin.security.issuer.names = choria
-plugin.security.issuer.choria.public = %s
-`, identity, collective, collective, o.BrokerURL, token, seed, c.BrokerCert, c.IssuerPublic)
+%s`, identity, collective, collective, o.BrokerURL, c.ClientSecurity(admin))
 	}
-	if err := os.WriteFile(f.ClientConfig, []byte(clientConf(ProvisionerCallerID, "provisioning", c.ProvisionerJWT, c.ProvisionerSeed)), 0o600); err != nil {
+	fleetCollective := "choria"
+	if c.Mode == ModePKI {
+		fleetCollective = "mcollective" // go-choria's default without protocol v2 security
+	}
+	if err := os.WriteFile(f.ClientConfig, []byte(clientConf(ProvisionerCallerID, "provisioning", false)), 0o600); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(f.AdminConfig, []byte(clientConf("admin", "choria", c.AdminJWT, c.AdminSeed)), 0o600); err != nil {
+	if err := os.WriteFile(f.AdminConfig, []byte(clientConf("admin", fleetCollective, true)), 0o600); err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(f.CodecKeyFile); err != nil {
@@ -104,12 +105,7 @@ monitor_port: %d
 monitor_address: %s
 broker_provisioning_password: %q
 lifecycle_component: provision_mode_server
-features:
-  jwt: true
-  ed25519: true
-jwt_verify_cert: %q
-jwt_signing_key: %q
-jwt_signing_token: %q
+%s
 server_jwt_validity: 365d
 defer_delay: %s
 choria_config: %q
@@ -119,9 +115,25 @@ temporal:
   task_queue: %s
   codec_key_file: %q
 `, o.Interval, o.LogLevel, o.LogFile, o.Helper, c.Token, o.MonitorPort, o.MonitorAddress, c.ProvisioningPassword,
-		c.IssuerPublic, c.ProvisionerSeed, c.ProvisionerJWT, o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TaskQueue, f.CodecKeyFile)
+		c.featureKeys(), o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TaskQueue, f.CodecKeyFile)
 	if err := os.WriteFile(f.ConfigFile, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// featureKeys are the provisioner's feature and key settings for the network's security mode.
+func (c *Credentials) featureKeys() string {
+	if c.Mode == ModePKI {
+		return fmt.Sprintf(`features:
+  jwt: true
+  pki: true
+jwt_verify_cert: %q`, c.PKI.SignerPublic)
+	}
+	return fmt.Sprintf(`features:
+  jwt: true
+  ed25519: true
+jwt_verify_cert: %q
+jwt_signing_key: %q
+jwt_signing_token: %q`, c.IssuerPublic, c.ProvisionerSeed, c.ProvisionerJWT)
 }

@@ -38,6 +38,8 @@ type StackOptions struct {
 	TaskQueue string
 	// UICodecEndpoint points the Web UI at a codec server.
 	UICodecEndpoint string
+	// Mode is the network's security: ModeIssuer (default) or ModePKI.
+	Mode string
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
@@ -94,7 +96,11 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	if b, err := os.ReadFile(filepath.Join(credsDir, "broker.port")); err == nil {
 		fmt.Sscanf(string(b), "%d", &brokerPort)
 	}
-	s.Creds, err = LoadOrCreateCredentials(credsDir, fmt.Sprintf("nats://127.0.0.1:%d", brokerPort))
+	if o.Mode == ModePKI {
+		s.Creds, err = CreatePKICredentials(credsDir, fmt.Sprintf("nats://127.0.0.1:%d", brokerPort))
+	} else {
+		s.Creds, err = LoadOrCreateCredentials(credsDir, fmt.Sprintf("nats://127.0.0.1:%d", brokerPort))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
@@ -136,7 +142,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 func (s *Stack) writeProvisionerConfig() error {
 	helper := s.Opts.Helper
 	if helper == "" {
-		helper = ExampleHelperCommand(s.Opts.Self, s.Broker.URL, s.Creds.IssuerPublic)
+		helper = ExampleHelperCommand(s.Opts.Self, s.Broker.URL, s.Creds)
 	}
 	files, err := WriteSiteFiles(s.Creds, SiteOptions{
 		Dir: s.Opts.Dir, BrokerURL: s.Broker.URL, TemporalAddress: s.TemporalAddress, TaskQueue: s.TaskQueue,

@@ -1,19 +1,36 @@
 // Package examplehelper is a small provisioning helper for the demo fleet and the tests: it reads
-// the Choria Provisioner helper contract's input on stdin and prints a configuration that turns a
-// server in Organization Issuer (ed25519) mode into a normal fleet member.
+// the Choria Provisioner helper contract's input on stdin and prints a configuration that makes a
+// server in provisioning mode a normal fleet member, in either security mode:
+//   - Organization Issuer (ed25519): the provisioner signs the server JWT; the helper returns
+//     the configuration and server_claims;
+//   - pki: the helper signs the server's CSR with its CA (or, with SupplyKey, makes the key
+//     itself and returns it for encrypted transport).
 package examplehelper
 
 import (
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"os"
 	"path/filepath"
+	"time"
 )
 
 // Options are the site facts the helper needs.
 type Options struct {
 	BrokerURL    string
-	IssuerPublic string
+	IssuerPublic string // ed25519 mode
+	CACert       string // pki mode: the CA that signs CSRs
+	CAKey        string
+	SupplyKey    bool // pki mode: make the server's key here and send it (encrypted) with configure
 	LogLevel     string
 }
 
@@ -23,6 +40,10 @@ type input struct {
 		PublicKey string `json:"public_key"`
 		Directory string `json:"directory"`
 	} `json:"ed25519_pubkey"`
+	CSR *struct {
+		CSR    string `json:"csr"`
+		SSLDir string `json:"ssldir"`
+	} `json:"csr"`
 	Inventory string `json:"inventory"`
 }
 
@@ -32,35 +53,134 @@ func Run(o Options, in io.Reader, out io.Writer) error {
 	if err := json.NewDecoder(in).Decode(&req); err != nil {
 		return fmt.Errorf("decoding request: %w", err)
 	}
-	reply := map[string]any{"defer": false, "msg": ""}
-	if req.ED25519PubKey == nil || req.ED25519PubKey.Directory == "" {
-		reply["defer"] = true
-		reply["msg"] = "no ed25519 key directory in the request: enable features.ed25519"
-		return json.NewEncoder(out).Encode(reply)
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
 	}
-	dir := req.ED25519PubKey.Directory
-	level := o.LogLevel
-	if level == "" {
-		level = "info"
+	var reply map[string]any
+	var err error
+	switch {
+	case req.CSR != nil && o.CACert != "":
+		reply, err = pkiReply(o, req)
+	case req.ED25519PubKey != nil && req.ED25519PubKey.Directory != "":
+		reply = issuerReply(o, req)
+	default:
+		reply = map[string]any{"defer": true, "msg": "neither an ed25519 key nor a CSR (with a CA to sign it) in the request"}
 	}
-	reply["msg"] = "configured by the example helper"
-	reply["configuration"] = map[string]string{
-		"identity":                             req.Identity,
-		"loglevel":                             level,
-		"logfile":                              filepath.Join(dir, "server.log"),
-		"plugin.choria.server.provision":       "false",
-		"plugin.choria.middleware_hosts":       o.BrokerURL,
-		"plugin.choria.use_srv":                "false",
-		"collectives":                          "choria",
-		"main_collective":                      "choria",
-		"rpcauthorization":                     "0",
-		"plugin.security.provider":             "choria",
-		"plugin.security.issuer.names":         "choria",
-		"plugin.security.issuer.choria.public": o.IssuerPublic,
-		"plugin.security.choria.token_file":    filepath.Join(dir, "server.jwt"),
-		"plugin.security.choria.seed_file":     filepath.Join(dir, "server.seed"),
-		"plugin.choria.status_file_path":       filepath.Join(dir, "status.json"),
+	if err != nil {
+		return err
 	}
-	reply["server_claims"] = map[string]any{"collectives": []string{"choria"}}
 	return json.NewEncoder(out).Encode(reply)
+}
+
+func baseConfig(o Options, identity, dir string) map[string]string {
+	return map[string]string{
+		"identity":                       identity,
+		"loglevel":                       o.LogLevel,
+		"logfile":                        filepath.Join(dir, "server.log"),
+		"plugin.choria.server.provision": "false",
+		"plugin.choria.middleware_hosts": o.BrokerURL,
+		"plugin.choria.use_srv":          "false",
+		"rpcauthorization":               "0",
+		"plugin.choria.status_file_path": filepath.Join(dir, "status.json"),
+	}
+}
+
+func issuerReply(o Options, req input) map[string]any {
+	dir := req.ED25519PubKey.Directory
+	conf := baseConfig(o, req.Identity, dir)
+	conf["collectives"] = "choria"
+	conf["main_collective"] = "choria"
+	conf["plugin.security.provider"] = "choria"
+	conf["plugin.security.issuer.names"] = "choria"
+	conf["plugin.security.issuer.choria.public"] = o.IssuerPublic
+	conf["plugin.security.choria.token_file"] = filepath.Join(dir, "server.jwt")
+	conf["plugin.security.choria.seed_file"] = filepath.Join(dir, "server.seed")
+	return map[string]any{
+		"defer": false, "msg": "configured by the example helper",
+		"configuration": conf,
+		"server_claims": map[string]any{"collectives": []string{"choria"}},
+	}
+}
+
+func pkiReply(o Options, req input) (map[string]any, error) {
+	ca, caKey, caPEM, err := loadCA(o.CACert, o.CAKey)
+	if err != nil {
+		return nil, err
+	}
+	ssldir := req.CSR.SSLDir
+	reply := map[string]any{"defer": false, "msg": "certificate issued by the example helper's CA", "ca": string(caPEM)}
+	var pub any
+	if o.SupplyKey {
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			return nil, err
+		}
+		pub = &key.PublicKey
+		reply["key"] = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+	} else {
+		block, _ := pem.Decode([]byte(req.CSR.CSR))
+		if block == nil {
+			return nil, errors.New("the CSR is not PEM")
+		}
+		csr, err := x509.ParseCertificateRequest(block.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		pub = csr.PublicKey
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: req.Identity}, DNSNames: []string{req.Identity},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
+	if err != nil {
+		return nil, err
+	}
+	reply["certificate"] = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	dir := filepath.Dir(ssldir)
+	conf := baseConfig(o, req.Identity, dir)
+	conf["plugin.security.provider"] = "file"
+	conf["plugin.security.file.certificate"] = filepath.Join(ssldir, "certificate.pem")
+	conf["plugin.security.file.key"] = filepath.Join(ssldir, "private.pem")
+	conf["plugin.security.file.ca"] = filepath.Join(ssldir, "ca.pem")
+	reply["configuration"] = conf
+	return reply, nil
+}
+
+func loadCA(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	caPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	block, _ := pem.Decode(caPEM)
+	if block == nil {
+		return nil, nil, nil, errors.New("CA certificate is not PEM")
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kb, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kblock, _ := pem.Decode(kb)
+	if kblock == nil {
+		return nil, nil, nil, errors.New("CA key is not PEM")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil, nil, errors.New("CA key is not ECDSA")
+	}
+	return ca, key, caPEM, nil
 }

@@ -36,7 +36,9 @@ type env struct {
 }
 
 type envOptions struct {
-	ownTemporalWithUI bool // a Temporal of the test's own, with the Web UI
+	ownTemporalWithUI bool   // a Temporal of the test's own, with the Web UI
+	mode              string // devstack.ModeIssuer (default) or ModePKI
+	extraConfig       string // YAML appended to the provisioner's configuration
 	servers           int
 	helper            func(stack *devstack.Stack) string // helper command line; nil: the example helper
 }
@@ -53,7 +55,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	ctx := context.Background()
 	opts := devstack.StackOptions{
 		Dir: dir, Self: selfBinary, TemporalAddress: temporalAddress, Servers: 0,
-		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info",
+		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
 	}
 	if o.ownTemporalWithUI {
 		bin, err := devstack.FindTemporalBinary()
@@ -66,6 +68,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.helper != nil {
 		stack.Opts.Helper = o.helper(stack)
 		require.NoError(t, stack.RewriteConfig())
+	}
+	if o.extraConfig != "" {
+		f, err := os.OpenFile(stack.ConfigFile, os.O_APPEND|os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = f.WriteString(o.extraConfig)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
 	}
 	require.NoError(t, stack.Fleet.StartN(o.servers))
 

@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+var pkiFlow = []string{activities.FetchJWTName, activities.InventoryName, activities.GencsrName, activities.RunHelperName,
+	activities.ConfigureName, activities.RestartName}
+
+func readPEMCert(t *testing.T, file string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	block, _ := pem.Decode(b)
+	require.NotNil(t, block, file)
+	c, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	return c
+}
+
+// verifyCertificate checks a pki-provisioned server: a certificate for its identity signed by the
+// site CA, the CA beside it, and the private key that matches the certificate.
+func (e *env) verifyCertificate(m *devstack.FleetMember) {
+	e.t.Helper()
+	ssl := filepath.Join(m.Dir, "ssl")
+	ca := readPEMCert(e.t, e.stack.Creds.PKI.CACert)
+	cert := readPEMCert(e.t, filepath.Join(ssl, "certificate.pem"))
+	require.Equal(e.t, m.Identity, cert.Subject.CommonName)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	_, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(e.t, err, "%s: certificate does not verify against the site CA", m.Identity)
+	gotCA, err := os.ReadFile(filepath.Join(ssl, "ca.pem"))
+	require.NoError(e.t, err)
+	wantCA, err := os.ReadFile(e.stack.Creds.PKI.CACert)
+	require.NoError(e.t, err)
+	require.Equal(e.t, wantCA, gotCA)
+
+	keyPEM, err := os.ReadFile(filepath.Join(ssl, "private.pem"))
+	require.NoError(e.t, err)
+	block, _ := pem.Decode(keyPEM)
+	require.NotNil(e.t, block)
+	key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+	require.NoError(e.t, err)
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	require.NoError(e.t, err)
+	certPub, err := x509.MarshalPKIXPublicKey(cert.PublicKey)
+	require.NoError(e.t, err)
+	require.True(e.t, bytes.Equal(pub, certPub), "%s: private.pem does not match certificate.pem", m.Identity)
+}
+
+// pki mode: each server's CSR is signed by the helper's CA; the server ends with certificate.pem
+// and ca.pem and connects with them as a normal server.
+func TestIntegrationPKIMode(t *testing.T) {
+	e := newEnv(t, envOptions{mode: devstack.ModePKI, servers: 3})
+	start := time.Now()
+	e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	t.Logf("pki: 3 servers provisioned and reconnected with their certificates in %v", time.Since(start))
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyCertificate(m)
+		e.runs(m.Identity, 1)
+		require.Equal(t, pkiFlow, scheduled(e.history(m.Identity)), m.Identity)
+	}
+}
+
+// pki mode with the key made by the helper: it travels encrypted with the ECDH secret, and the
+// server decrypts and stores it (and drops its own CSR).
+func TestIntegrationPKIHelperSuppliedKey(t *testing.T) {
+	e := newEnv(t, envOptions{mode: devstack.ModePKI, servers: 2, helper: func(s *devstack.Stack) string {
+		return s.HelperCommand + " --supply-key"
+	}})
+	e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyCertificate(m)
+		_, err := os.Stat(filepath.Join(m.Dir, "ssl", "csr.pem"))
+		require.True(t, os.IsNotExist(err), "%s: the agent removes its CSR when it receives a key", m.Identity)
+		log, err := os.ReadFile(m.LogFile)
+		require.NoError(t, err)
+		require.Contains(t, string(log), "Received a PRIVATE KEY over the network")
+	}
+}
+
+// A CSR whose name is denied fails that host, not retried, with the reason; others go on.
+func TestIntegrationPKIDeniedCSR(t *testing.T) {
+	e := newEnv(t, envOptions{mode: devstack.ModePKI, servers: 2, extraConfig: "cert_deny_list:\n  - '/node-001\\.demo/'\n"})
+	e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members[0])
+	op := e.operator()
+	var failed operator.Host
+	require.Eventually(t, func() bool {
+		l, err := op.List(context.Background(), operator.Filter{Outcome: workflows.OutcomeFailed})
+		if err != nil || len(l) != 1 {
+			return false
+		}
+		failed = l[0]
+		return true
+	}, 60*time.Second, 250*time.Millisecond)
+	require.Equal(t, e.stack.Fleet.Identity(1), failed.Identity)
+	require.Contains(t, failed.Reason, "step gencsr")
+	require.Contains(t, failed.Reason, "denied certificate name")
+	require.Contains(t, failed.Reason, activities.ErrTypeCSR)
+	hist := e.history(failed.Identity)
+	require.Equal(t, 1, strings.Count(strings.Join(scheduled(hist), ","), activities.GencsrName), "a denied CSR is not retried")
+	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[1]))
+}
