@@ -380,6 +380,37 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *Message
 	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
 }
 
+// ReleaseUpdate asks the server to update its binary with choria_provision#release_update; the
+// server restarts into the new version (still in provisioning mode) about 2 s later.
+func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *MessageResult, err error) {
+	const rpc = "choria_provision#release_update"
+	defer func() { err = a.finish(ctx, in.Identity, "upgrade", err) }()
+	if a.cfg.UpgradesRepository == "" {
+		return nil, temporal.NewNonRetryableApplicationError("upgrades_repository is not configured", ErrTypeConfig, nil)
+	}
+	pc, err := a.provClient()
+	if err != nil {
+		return nil, err
+	}
+	// downloading and verifying a binary takes longer than an ordinary RPC
+	rctx, cancel := context.WithTimeout(ctx, 3*a.cfg.RPCTimeoutDuration)
+	defer cancel()
+	start := time.Now()
+	out, err := pc.OptionTargets([]string{in.Identity}).ReleaseUpdate(a.cfg.UpgradesRepository, a.cfg.Token, in.Version).Do(rctx)
+	if err == nil {
+		var details []replyDetails
+		for _, o := range out.AllOutputs() {
+			details = append(details, o.ResultDetails())
+		}
+		err = a.one(in.Identity, rpc, details)
+	}
+	a.metrics.ObserveRPC(rpc, start, err)
+	if err != nil {
+		return nil, err
+	}
+	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
+}
+
 // Shutdown asks the server to shut down (the helper's decision).
 func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageResult, err error) {
 	const rpc = "choria_provision#shutdown"

@@ -19,6 +19,7 @@ const (
 	ConfigureName      = "Configure"
 	RestartName        = "Restart"
 	ShutdownName       = "Shutdown"
+	ReleaseUpdateName  = "ReleaseUpdate"
 	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
 )
 
@@ -147,6 +148,12 @@ type ConfigureInput struct {
 	ServerJWT      string            `json:"server_jwt,omitempty"`
 	ActionPolicies map[string]string `json:"action_policies,omitempty"`
 	OPAPolicies    map[string]string `json:"opa_policies,omitempty"`
+}
+
+// UpgradeInput asks a server to update itself to Version from the worker's upgrades_repository.
+type UpgradeInput struct {
+	Identity string `json:"identity"`
+	Version  string `json:"version"`
 }
 
 // RestartInput is the restart RPC's payload.

@@ -71,6 +71,7 @@ const (
 	StepHelper    = "helper"
 	StepSign      = "sign"
 	StepConfigure = "configure"
+	StepUpgrade   = "upgrade"
 	StepRestart   = "restart"
 	StepShutdown  = "shutdown"
 	StepDeferred  = "deferred"
@@ -79,9 +80,12 @@ const (
 
 // Features select the optional steps; they come from the starter's configuration.
 type Features struct {
-	JWT     bool `json:"jwt"`
-	ED25519 bool `json:"ed25519"`
-	PKI     bool `json:"pki"`
+	JWT      bool `json:"jwt"`
+	ED25519  bool `json:"ed25519"`
+	PKI      bool `json:"pki"`
+	Upgrades bool `json:"upgrades,omitempty"`
+	// UpgradesOptional lets provisioning go on when an upgrade fails (upgrades_optional).
+	UpgradesOptional bool `json:"upgrades_optional,omitempty"`
 }
 
 // Sources of a sighting.
@@ -144,6 +148,7 @@ type Status struct {
 	Sightings      int          `json:"sightings"`
 	LastSeen       time.Time    `json:"last_seen"`
 	ServerVersion  string       `json:"server_version,omitempty"`
+	Upgraded       string       `json:"upgraded,omitempty"` // version the server was upgraded to
 	Timeline       []StepRecord `json:"timeline"`
 }
 

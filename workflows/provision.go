@@ -16,6 +16,7 @@ import (
 const (
 	restartGraceChange  = "restart-grace"
 	restartGraceSeconds = 3
+	upgradeRestartWait  = 4 * time.Second
 )
 
 // ErrTypeProvisionFailed is the error type of a host's workflow that ran out of retries or met a
@@ -112,15 +113,23 @@ func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
 			if err := p.deferHost(ctx, decision.Msg); err != nil {
 				return nil, err
 			}
+		case decision.again:
+			continue // the server was upgraded and restarted: run the steps against the new version
 		default:
 			return p.finish(ctx, OutcomeProvisioned, "provisioned")
 		}
 	}
 }
 
+// passResult is the helper's decision, or again when the steps must run once more.
+type passResult struct {
+	*activities.HelperOutput
+	again bool
+}
+
 // pass runs the steps once. It returns the helper's decision when the host was deferred or shut
 // down, and an empty decision when it was configured and restarted.
-func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, error) {
+func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 	host := activities.HostInput{Identity: p.in.Identity}
 	helperIn := activities.HelperRequest{Input: activities.HelperInput{Identity: p.in.Identity}}
 	var jwtRes activities.JWTResult
@@ -177,10 +186,13 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 		if err := p.step(ctx, StepShutdown, activities.ShutdownName, host, &msg); err != nil {
 			return nil, err
 		}
-		return &decision, nil
+		return &passResult{HelperOutput: &decision}, nil
 	}
 	if decision.Defer {
-		return &decision, nil
+		return &passResult{HelperOutput: &decision}, nil
+	}
+	if again, err := p.upgrade(ctx, decision.Upgrade, &inv); again || err != nil {
+		return &passResult{HelperOutput: &activities.HelperOutput{}, again: true}, err
 	}
 
 	conf := activities.ConfigureInput{
@@ -228,7 +240,43 @@ func (p *provisioner) pass(ctx workflow.Context) (*activities.HelperOutput, erro
 			return nil, err
 		}
 	}
-	return &activities.HelperOutput{}, nil
+	return &passResult{HelperOutput: &activities.HelperOutput{}}, nil
+}
+
+// upgrade updates the server to the helper's version first (features.upgrades) when it runs
+// another one and can be upgraded. It reports whether the server was upgraded (it then restarts
+// into the new version, still in provisioning mode, and the steps run again). Failures end the
+// host unless upgrades_optional, when provisioning goes on with the running version.
+func (p *provisioner) upgrade(ctx workflow.Context, version string, inv *activities.InventoryResult) (bool, error) {
+	if !p.in.Features.Upgrades || version == "" || activities.CompareVersions(inv.Version, version) == 0 {
+		return false, nil
+	}
+	optional := func(err error) (bool, error) {
+		if p.in.Features.UpgradesOptional {
+			p.log.Warn("upgrade failed, provisioning the running version (upgrades_optional)", "error", reason(err))
+			p.status.LastError = reason(err)
+			return false, nil
+		}
+		return false, err
+	}
+	switch {
+	case p.status.Upgraded == version:
+		return optional(&stepError{step: StepUpgrade, err: temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("the server reports version %s after the upgrade to %s", inv.Version, version), activities.ErrTypeConfig, nil)})
+	case !inv.Upgradable:
+		return optional(&stepError{step: StepUpgrade, err: temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("the helper asked for version %s but the server (%s) is not upgradable", version, inv.Version), activities.ErrTypeConfig, nil)})
+	}
+	var msg activities.MessageResult
+	if err := p.step(ctx, StepUpgrade, activities.ReleaseUpdateName, activities.UpgradeInput{Identity: p.in.Identity, Version: version}, &msg); err != nil {
+		return optional(err)
+	}
+	p.status.Upgraded = version
+	// the server restarts 2 s after replying; the next steps' retries cover its reconnection
+	if err := workflow.Sleep(ctx, upgradeRestartWait); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // step runs one activity with the step's options and records each run in the timeline. Steps
@@ -392,6 +440,9 @@ func stepOptions(step string) (workflow.ActivityOptions, int) {
 	}
 	opts := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: policy}
 	switch step {
+	case StepUpgrade:
+		policy.MaximumAttempts = 3 // as the Choria Provisioner
+		opts.StartToCloseTimeout = 2 * time.Minute
 	case StepRestart, StepShutdown:
 		policy.MaximumAttempts = 3
 	case StepGencsr:

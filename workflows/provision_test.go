@@ -21,14 +21,16 @@ import (
 
 // fakeHost stands in for the activities: it records calls and answers from scripted replies.
 type fakeHost struct {
-	mu      sync.Mutex
-	calls   []string
-	helper  []activities.HelperOutput // one per helper call; the last repeats
-	failing map[string]error          // activity name -> error returned every time
-	flaky   map[string]int            // activity name -> number of leading failures
-	signed  activities.SignInput
-	conf    activities.ConfigureInput
-	helpIn  activities.HelperRequest
+	mu         sync.Mutex
+	calls      []string
+	helper     []activities.HelperOutput // one per helper call; the last repeats
+	failing    map[string]error          // activity name -> error returned every time
+	flaky      map[string]int            // activity name -> number of leading failures
+	version    string
+	upgradable bool
+	signed     activities.SignInput
+	conf       activities.ConfigureInput
+	helpIn     activities.HelperRequest
 }
 
 func (f *fakeHost) record(name string) error {
@@ -63,8 +65,23 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		if err := f.record(activities.InventoryName); err != nil {
 			return nil, err
 		}
-		return &activities.InventoryResult{Inventory: `{"version":"0.30.2"}`, Version: "0.30.2"}, nil
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		v := f.version
+		if v == "" {
+			v = "0.30.2"
+		}
+		return &activities.InventoryResult{Inventory: `{"version":"` + v + `"}`, Version: v, Upgradable: f.upgradable}, nil
 	}, activities.InventoryName)
+	reg(func(ctx context.Context, in activities.UpgradeInput) (*activities.MessageResult, error) {
+		if err := f.record(activities.ReleaseUpdateName); err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.version = in.Version
+		return &activities.MessageResult{Message: "Restarting Choria Server after 2s"}, nil
+	}, activities.ReleaseUpdateName)
 	reg(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
 		if err := f.record(activities.RunHelperName); err != nil {
 			return nil, err
@@ -381,4 +398,75 @@ func (s *ProvisionSuite) TestNotInProvisioningModeLaterIsAFailure() {
 	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("choria_provision#configure: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeNotProvisioning, nil)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
 	s.Require().Error(s.env.GetWorkflowError())
+}
+
+func upgradeTo(v string) activities.HelperOutput {
+	out := configured
+	out.Upgrade = v
+	return out
+}
+
+func (s *ProvisionSuite) TestUpgradeThenProvisionTheNewVersion() {
+	s.host.upgradable = true
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, Upgrades: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(1, countOf(s.host.calls, activities.ReleaseUpdateName))
+	s.Equal(2, countOf(s.host.calls, activities.InventoryName), "the steps run again against the upgraded server")
+	s.Equal(1, countOf(s.host.calls, activities.ConfigureName))
+	st := s.status()
+	s.Equal("0.99.0", st.Upgraded)
+	s.Equal("0.99.0", st.ServerVersion)
+}
+
+func (s *ProvisionSuite) TestNoUpgradeWhenTheVersionMatchesOrTheFeatureIsOff() {
+	s.host.upgradable = true
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.30.2")}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true}))
+	s.result()
+	s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName))
+}
+
+func (s *ProvisionSuite) TestUpgradeFeatureOffIgnoresTheHelpersVersion() {
+	s.host.upgradable = true
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.result()
+	s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName))
+}
+
+func (s *ProvisionSuite) TestNotUpgradableFailsUnlessOptional() {
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "not upgradable")
+	s.Zero(countOf(s.host.calls, activities.ConfigureName))
+}
+
+func (s *ProvisionSuite) TestNotUpgradableGoesOnWhenOptional() {
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true, UpgradesOptional: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Contains(s.status().LastError, "not upgradable")
+}
+
+func (s *ProvisionSuite) TestFailedUpgradeAbortsUnlessOptional() {
+	s.host.upgradable = true
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
+	s.host.failing[activities.ReleaseUpdateName] = temporal.NewApplicationError("Update to version 0.99.0 failed, release rolled back", activities.ErrTypeAborted)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "step upgrade")
+	s.Equal(3, countOf(s.host.calls, activities.ReleaseUpdateName))
+}
+
+func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
+	s.host.upgradable = true
+	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
+	s.host.failing[activities.ReleaseUpdateName] = temporal.NewApplicationError("rolled back", activities.ErrTypeAborted)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true, UpgradesOptional: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(1, countOf(s.host.calls, activities.ConfigureName))
 }

@@ -17,6 +17,7 @@ func main() {
 	flag.StringVar(&o.CACert, "ca-cert", "", "pki mode: CA certificate that signs CSRs")
 	flag.StringVar(&o.CAKey, "ca-key", "", "pki mode: CA private key")
 	flag.BoolVar(&o.SupplyKey, "supply-key", false, "pki mode: make the server's private key here and send it")
+	flag.StringVar(&o.Upgrade, "upgrade", "", "Ask for this server version first (features.upgrades)")
 	flag.StringVar(&o.LogLevel, "loglevel", "info", "Server log level")
 	flag.Parse()
 	if o.BrokerURL == "" || (o.IssuerPublic == "" && o.CACert == "") {

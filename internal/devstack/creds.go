@@ -145,6 +145,7 @@ func LoadOrCreateCredentials(dir string, brokerURL string, brokerHosts ...string
 		return nil, err
 	}
 	prov.ProtoV2 = true
+	prov.AllowUpdate = true // servers accept release_update (only with the provisioning token)
 	if err := signTo(prov, issuerPri, c.ProvisioningJWT); err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 // FleetMember is one real go-choria server process of the demo fleet.
 type FleetMember struct {
 	Identity   string
+	Binary     string
 	Dir        string
 	ConfigFile string
 	LogFile    string
@@ -29,8 +30,10 @@ type Fleet struct {
 	Dir     string
 	JWTFile string
 	Prefix  string // prepended to every identity
-	mu      sync.Mutex
-	Members []*FleetMember
+	// OwnBinary gives every server its own copy of Self, so that release_update replaces only it.
+	OwnBinary bool
+	mu        sync.Mutex
+	Members   []*FleetMember
 }
 
 // Identity names demo server i.
@@ -44,7 +47,15 @@ func (f *Fleet) Start(i int) (*FleetMember, error) {
 		return nil, err
 	}
 	m := &FleetMember{Identity: id, Dir: dir, ConfigFile: filepath.Join(dir, "server.conf"), LogFile: filepath.Join(dir, "server.log"), done: make(chan struct{})}
-	cmd := exec.Command(f.Self, "fleet-server", "--identity", id, "--config", m.ConfigFile, "--provisioning-jwt", f.JWTFile, "--logfile", m.LogFile)
+	bin := f.Self
+	if f.OwnBinary {
+		bin = filepath.Join(dir, "choria-server")
+		if err := copyFile(f.Self, bin); err != nil {
+			return nil, err
+		}
+	}
+	m.Binary = bin
+	cmd := exec.Command(bin, "fleet-server", "--identity", id, "--config", m.ConfigFile, "--provisioning-jwt", f.JWTFile, "--logfile", m.LogFile)
 	cmd.Dir = dir
 	out, err := os.OpenFile(filepath.Join(dir, "process.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -120,4 +131,12 @@ func Provisioned(m *FleetMember) bool {
 		}
 	}
 	return false
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
 }

@@ -109,6 +109,7 @@ func CreatePKICredentials(dir string, brokerURL string) (*Credentials, error) {
 	if err != nil {
 		return nil, err
 	}
+	prov.AllowUpdate = true // servers accept release_update (only with the provisioning token)
 	signed, err := tokens.SignToken(prov, signer)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,8 @@ type Options struct {
 	IssuerPublic string // ed25519 mode
 	CACert       string // pki mode: the CA that signs CSRs
 	CAKey        string
-	SupplyKey    bool // pki mode: make the server's key here and send it (encrypted) with configure
+	SupplyKey    bool   // pki mode: make the server's key here and send it (encrypted) with configure
+	Upgrade      string // ask for this server version first (features.upgrades)
 	LogLevel     string
 }
 
@@ -68,6 +69,9 @@ func Run(o Options, in io.Reader, out io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if o.Upgrade != "" && reply["defer"] != true {
+		reply["upgrade"] = o.Upgrade
 	}
 	return json.NewEncoder(out).Encode(reply)
 }

@@ -158,8 +158,9 @@ func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
 // WorkflowInput is the template every sighting starts a workflow with.
 func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 	return workflows.ProvisionInput{
-		Site:       cfg.Site,
-		Features:   workflows.Features{JWT: cfg.Features.JWT, ED25519: cfg.Features.ED25519, PKI: cfg.Features.PKI},
+		Site: cfg.Site,
+		Features: workflows.Features{JWT: cfg.Features.JWT, ED25519: cfg.Features.ED25519, PKI: cfg.Features.PKI,
+			Upgrades: cfg.Features.Upgrades, UpgradesOptional: cfg.UpgradesOptional},
 		DeferDelay: cfg.DeferDelayDuration,
 	}
 }
