@@ -88,6 +88,13 @@ func (a *Activities) finish(ctx context.Context, identity, step string, err erro
 	return err
 }
 
+// busy counts the step in choria_provisioner_busy_workers until the returned func runs.
+func (a *Activities) busy() func() {
+	g := a.metrics.BusyWorkers.WithLabelValues(a.cfg.Site)
+	g.Inc()
+	return g.Dec
+}
+
 func (a *Activities) ctxForRPC(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, a.cfg.RPCTimeoutDuration)
 }
@@ -126,6 +133,7 @@ func (a *Activities) provClient() (*choria_provisionclient.ChoriaProvisionClient
 func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult, err error) {
 	const rpc = "choria_provision#jwt"
 	defer func() { err = a.finish(ctx, in.Identity, "jwt", err) }()
+	defer a.busy()()
 	pc, err := a.provClient()
 	if err != nil {
 		return nil, err
@@ -160,6 +168,7 @@ func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult
 func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Result, err error) {
 	const rpc = "choria_provision#gen25519"
 	defer func() { err = a.finish(ctx, in.Identity, "gen25519", err) }()
+	defer a.busy()()
 	pc, err := a.provClient()
 	if err != nil {
 		return nil, err
@@ -196,6 +205,7 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, err error) {
 	const rpc = "choria_provision#gencsr"
 	defer func() { err = a.finish(ctx, in.Identity, "gencsr", err) }()
+	defer a.busy()()
 	pc, err := a.provClient()
 	if err != nil {
 		return nil, err
@@ -226,6 +236,7 @@ func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, 
 func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *InventoryResult, err error) {
 	const rpc = "rpcutil#inventory"
 	defer func() { err = a.finish(ctx, in.Identity, "inventory", err) }()
+	defer a.busy()()
 	rc, err := rpcutilclient.New(a.fw)
 	if err != nil {
 		return nil, err
@@ -256,6 +267,7 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 // RunHelper runs the site helper for one host.
 func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *HelperOutput, err error) {
 	defer func() { err = a.finish(ctx, req.Input.Identity, "helper", err) }()
+	defer a.busy()()
 	input := req.Input
 	if input.JWT != nil && req.HadToken {
 		claims := *input.JWT
@@ -288,6 +300,7 @@ func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *Hel
 // SignServerJWT makes the host's server JWT (ed25519 feature).
 func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed string, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "sign", err) }()
+	defer a.busy()()
 	s, err := a.signer.Sign(in)
 	if err != nil {
 		return "", temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeSigning, err)
@@ -299,6 +312,7 @@ func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed st
 func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *MessageResult, err error) {
 	const rpc = "choria_provision#configure"
 	defer func() { err = a.finish(ctx, in.Identity, "configure", err) }()
+	defer a.busy()()
 	pc, err := a.provClient()
 	if err != nil {
 		return nil, err
@@ -356,6 +370,7 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *Mes
 func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *MessageResult, err error) {
 	const rpc = "choria_provision#restart"
 	defer func() { err = a.finish(ctx, in.Identity, "restart", err) }()
+	defer a.busy()()
 	pc, err := a.provClient()
 	if err != nil {
 		return nil, err
@@ -385,6 +400,7 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *Message
 func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *MessageResult, err error) {
 	const rpc = "choria_provision#release_update"
 	defer func() { err = a.finish(ctx, in.Identity, "upgrade", err) }()
+	defer a.busy()()
 	if a.cfg.UpgradesRepository == "" {
 		return nil, temporal.NewNonRetryableApplicationError("upgrades_repository is not configured", ErrTypeConfig, nil)
 	}
@@ -415,6 +431,7 @@ func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *M
 func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageResult, err error) {
 	const rpc = "choria_provision#shutdown"
 	defer func() { err = a.finish(ctx, in.Identity, "shutdown", err) }()
+	defer a.busy()()
 	pc, err := a.provClient()
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/choria-io/go-choria/inter"
+	"github.com/choria-io/go-choria/lifecycle"
 	"github.com/choria-io/go-choria/protocol"
 	"github.com/choria-io/go-choria/providers/discovery/broadcast"
 	"github.com/nats-io/nats.go"
@@ -42,6 +43,7 @@ type Options struct {
 	DisableEvents     bool
 	DisableBroadcasts bool
 	Pause             PauseChecker // nil: never paused
+	Version           string       // announced in the provisioner's own startup event
 }
 
 // Discoverer turns sightings into workflows.
@@ -68,11 +70,13 @@ func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, 
 // Run sweeps at start and every interval and listens for startup events, until ctx ends.
 func (d *Discoverer) Run(ctx context.Context) error {
 	if !d.opts.DisableEvents {
-		nc, err := d.connect(ctx)
+		conn, err := d.fw.NewConnector(ctx, d.fw.MiddlewareServers, "provisioner-events", d.fw.Logger("events"))
 		if err != nil {
-			return err
+			return fmt.Errorf("connecting for startup events: %w", err)
 		}
+		nc := conn.Nats()
 		defer nc.Close()
+		d.announce(conn)
 		sub, err := nc.QueueSubscribe(StartupSubject(d.opts.Component), EventQueueGroup, func(m *nats.Msg) {
 			d.HandleEvent(ctx, m.Data)
 		})
@@ -109,12 +113,19 @@ func (d *Discoverer) Run(ctx context.Context) error {
 	}
 }
 
-func (d *Discoverer) connect(ctx context.Context) (*nats.Conn, error) {
-	conn, err := d.fw.NewConnector(ctx, d.fw.MiddlewareServers, "provisioner-events", d.fw.Logger("events"))
-	if err != nil {
-		return nil, fmt.Errorf("connecting for startup events: %w", err)
+// ProvisionerComponent is the lifecycle component of the provisioner's own startup event.
+const ProvisionerComponent = "provisioner"
+
+// announce publishes the provisioner's startup lifecycle event, as the Choria Provisioner does.
+func (d *Discoverer) announce(conn inter.RawNATSConnector) {
+	ev, err := lifecycle.New(lifecycle.Startup, lifecycle.Identity(d.fw.Configuration().Identity),
+		lifecycle.Component(ProvisionerComponent), lifecycle.Version(d.opts.Version))
+	if err == nil {
+		err = lifecycle.PublishEvent(ev, conn)
 	}
-	return conn.Nats(), nil
+	if err != nil {
+		d.log.Warn("could not publish the startup event", zap.Error(err))
+	}
 }
 
 // paused reports the fleet-wide pause state and mirrors it in the paused gauge. When the state

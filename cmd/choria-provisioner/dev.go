@@ -92,7 +92,7 @@ func (d *devCommand) run(ctx context.Context) error {
 		return fmt.Errorf("codec server: %w", err)
 	}
 
-	svc, err := service.New(cfg, log, service.Options{Worker: true, Discovery: true})
+	svc, err := service.New(cfg, log, service.Options{Worker: true, Discovery: true, Version: version})
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func (r *runCommand) run(ctx context.Context) error {
 		}
 		defer os.Remove(r.pidFile)
 	}
-	svc, err := service.New(cfg, log, service.Options{Worker: !r.noWorker, Discovery: !r.noDiscovery})
+	svc, err := service.New(cfg, log, service.Options{Worker: !r.noWorker, Discovery: !r.noDiscovery, Version: version})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
@@ -184,6 +185,10 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	out, code := e.cli(nil, "paused")
 	require.Equal(t, 0, code)
 	require.True(t, strings.HasPrefix(out, "paused since"), out)
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(svc.Metrics.Paused.WithLabelValues("dev")) == 1 &&
+			testutil.ToFloat64(svc.Metrics.WorkQueueEntries.WithLabelValues("dev")) >= 1
+	}, 25*time.Second, 500*time.Millisecond, "paused and work_queue_entries follow Temporal")
 
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)

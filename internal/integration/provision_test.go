@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/service"
 )
 
 func mustHex(t *testing.T, s string) []byte {
@@ -29,8 +31,24 @@ var fullFlow = []string{activities.FetchJWTName, activities.Gen25519Name, activi
 // by exactly one workflow whose history shows the steps.
 func TestIntegrationProvisionFleet(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 5})
+	// the provisioner announces itself as the Choria Provisioner does; lifecycle events of the
+	// provisioning account reach the fleet's account, where an administrator can watch them
+	adminCfg := *e.cfg
+	adminCfg.ChoriaConfig, adminCfg.BrokerProvisioningPassword = e.stack.AdminConfig, ""
+	adminFW, err := service.NewChoriaClientFramework(&adminCfg, "")
+	require.NoError(t, err)
+	conn, err := adminFW.NewConnector(context.Background(), adminFW.MiddlewareServers, "it-admin", adminFW.Logger("it"))
+	require.NoError(t, err)
+	defer conn.Close()
+	events, err := conn.Nats().SubscribeSync("choria.lifecycle.event.startup.provisioner")
+	require.NoError(t, err)
+	require.NoError(t, conn.Nats().Flush())
+
 	start := time.Now()
 	svc := e.provisioner("replica-a")
+	msg, err := events.NextMsg(10 * time.Second)
+	require.NoError(t, err, "the provisioner's startup event")
+	require.Contains(t, string(msg.Data), `"component":"provisioner"`)
 	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
 	t.Logf("5 servers provisioned and restarted in %v", time.Since(start))
 
@@ -46,6 +64,7 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 	sightings := testutil.ToFloat64(svc.Metrics.Discovered.WithLabelValues("dev")) + testutil.ToFloat64(svc.Metrics.EventDiscovered.WithLabelValues("dev"))
 	require.GreaterOrEqual(t, sightings, 5.0)
 	require.Equal(t, 5, testutil.CollectAndCount(svc.Metrics.RPCTime, "choria_provisioner_rpc_time"))
+	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.BusyWorkers.WithLabelValues("dev")), "no step runs once all are provisioned")
 }
 
 // One host's helper defers, then exits 1, then prints garbage: that host recovers by retry in

@@ -30,6 +30,9 @@ type Metrics struct {
 	HelperErrors     *prometheus.CounterVec
 	ShutdownRequests *prometheus.CounterVec
 	Paused           *prometheus.GaugeVec
+	BusyWorkers      *prometheus.GaugeVec
+	WorkQueueEntries *prometheus.GaugeVec
+	WaitingNodes     *prometheus.GaugeVec
 }
 
 // New registers the series on reg.
@@ -39,6 +42,9 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 	}
 	summary := func(name, help string, labels ...string) *prometheus.SummaryVec {
 		return prometheus.NewSummaryVec(prometheus.SummaryOpts{Name: "choria_provisioner_" + name, Help: help}, append([]string{"site"}, labels...))
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "choria_provisioner_" + name, Help: help}, []string{"site"})
 	}
 	m := &Metrics{
 		Site:             site,
@@ -53,14 +59,19 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		HelperTime:       summary("helper_time", "Time taken by the helper"),
 		HelperErrors:     counter("helper_errors", "Helper runs that failed"),
 		ShutdownRequests: counter("helper_shutdown_requests", "Shutdowns the helper asked for"),
-		Paused:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "choria_provisioner_paused", Help: "1 when provisioning is paused"}, []string{"site"}),
+		Paused:           gauge("paused", "1 when provisioning is paused"),
+		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
+		WorkQueueEntries: gauge("work_queue_entries", "Hosts being provisioned (running host workflows)"),
+		WaitingNodes:     gauge("waiting_nodes", "Hosts waiting after a helper deferral"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
-	m.Paused.WithLabelValues(site).Set(0)
+	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
+		g.WithLabelValues(site).Set(0)
+	}
 	return m, nil
 }
 

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/choria-io/go-choria/choria"
 	cconfig "github.com/choria-io/go-choria/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
@@ -122,6 +124,8 @@ type Options struct {
 	Registry  *prometheus.Registry
 	// WorkerOptions override the Temporal worker's defaults (tests, tuning).
 	WorkerOptions *worker.Options
+	// Version is announced in the provisioner's startup lifecycle event.
+	Version string
 }
 
 // Service is one provisioner process.
@@ -212,9 +216,11 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			TaskQueue: s.cfg.Temporal.TaskQueue,
 			Input:     WorkflowInput(s.cfg),
 			Pause:     NewPauseState(tc, s.cfg.Temporal.TaskQueue, PauseCacheTTL),
+			Version:   s.opts.Version,
 		}, s.Metrics, s.log.Named("discovery"))
 		s.discoverer = d
 		go func() { errc <- d.Run(ctx) }()
+		go s.fleetGauges(ctx, tc)
 	}
 	if ready != nil {
 		ready()
@@ -228,5 +234,33 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		}
 		<-ctx.Done()
 		return nil
+	}
+}
+
+// fleetGauges keeps work_queue_entries (running host workflows) and waiting_nodes (deferred
+// ones) from Temporal's visibility, where the Choria Provisioner read them from its queue.
+func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
+	base := fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s' AND ExecutionStatus = 'Running'", workflows.WorkflowName, s.cfg.Temporal.TaskQueue)
+	count := func(q string) (float64, bool) {
+		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
+		if err != nil {
+			return 0, false
+		}
+		return float64(resp.GetCount()), true
+	}
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		if n, ok := count(base); ok {
+			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
+		}
+		if n, ok := count(base + fmt.Sprintf(" AND %s = '%s'", workflows.OutcomeKey.GetName(), workflows.OutcomeDeferred)); ok {
+			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
