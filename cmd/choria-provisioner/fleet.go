@@ -41,6 +41,9 @@ func (h *exampleHelperCommand) register(app *fisk.Application) {
 	cmd.Flag("ca-cert", "pki mode: CA certificate that signs CSRs").StringVar(&h.opts.CACert)
 	cmd.Flag("ca-key", "pki mode: CA private key").StringVar(&h.opts.CAKey)
 	cmd.Flag("supply-key", "pki mode: make the server's private key here and send it").UnNegatableBoolVar(&h.opts.SupplyKey)
+	cmd.Flag("upgrade", "Ask for this server version first").StringVar(&h.opts.Upgrade)
+	cmd.Flag("policies", "Also send an action policy and an OPA policy").UnNegatableBoolVar(&h.opts.Policies)
+	cmd.Flag("ssldir-base", "pki without a CSR: servers keep their ssl in <base>/<identity>/ssl").StringVar(&h.opts.SSLDirBase)
 	cmd.Flag("loglevel", "Server log level").Default("info").StringVar(&h.opts.LogLevel)
 }
 

@@ -18,6 +18,8 @@ func main() {
 	flag.StringVar(&o.CAKey, "ca-key", "", "pki mode: CA private key")
 	flag.BoolVar(&o.SupplyKey, "supply-key", false, "pki mode: make the server's private key here and send it")
 	flag.StringVar(&o.Upgrade, "upgrade", "", "Ask for this server version first (features.upgrades)")
+	flag.BoolVar(&o.Policies, "policies", false, "Also send an action policy and an OPA policy")
+	flag.StringVar(&o.SSLDirBase, "ssldir-base", "", "pki without a CSR: servers keep their ssl in <base>/<identity>/ssl")
 	flag.StringVar(&o.LogLevel, "loglevel", "info", "Server log level")
 	flag.Parse()
 	if o.BrokerURL == "" || (o.IssuerPublic == "" && o.CACert == "") {

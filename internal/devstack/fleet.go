@@ -140,3 +140,13 @@ func copyFile(from, to string) error {
 	}
 	return os.WriteFile(to, b, 0o755)
 }
+
+// Exited reports whether the server process has ended.
+func (m *FleetMember) Exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}

@@ -32,6 +32,8 @@ type Options struct {
 	CAKey        string
 	SupplyKey    bool   // pki mode: make the server's key here and send it (encrypted) with configure
 	Upgrade      string // ask for this server version first (features.upgrades)
+	Policies     bool   // also send an action policy and an OPA policy
+	SSLDirBase   string // pki without a CSR (jwt-only): servers keep their ssl in <base>/<identity>/ssl
 	LogLevel     string
 }
 
@@ -60,6 +62,16 @@ func Run(o Options, in io.Reader, out io.Writer) error {
 	var reply map[string]any
 	var err error
 	switch {
+	case req.CSR == nil && o.CACert != "" && o.SupplyKey && o.SSLDirBase != "":
+		// jwt-only: no CSR, so the helper makes the key and names where it goes
+		req.CSR = &struct {
+			CSR    string `json:"csr"`
+			SSLDir string `json:"ssldir"`
+		}{SSLDir: filepath.Join(o.SSLDirBase, req.Identity, "ssl")}
+		reply, err = pkiReply(o, req)
+		if err == nil {
+			reply["ssldir"] = req.CSR.SSLDir
+		}
 	case req.CSR != nil && o.CACert != "":
 		reply, err = pkiReply(o, req)
 	case req.ED25519PubKey != nil && req.ED25519PubKey.Directory != "":
@@ -72,6 +84,10 @@ func Run(o Options, in io.Reader, out io.Writer) error {
 	}
 	if o.Upgrade != "" && reply["defer"] != true {
 		reply["upgrade"] = o.Upgrade
+	}
+	if o.Policies && reply["defer"] != true {
+		reply["action_policies"] = map[string]string{"rpcutil.policy": "policy default allow\n"}
+		reply["opa_policies"] = map[string]string{"default.rego": "package io.choria.aaasvc\n\ndefault allow = true\n"}
 	}
 	return json.NewEncoder(out).Encode(reply)
 }

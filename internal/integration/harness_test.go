@@ -24,6 +24,7 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/devstack"
 	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -216,4 +217,16 @@ func activityFailures(events []*historypb.HistoryEvent) []string {
 		}
 	}
 	return out
+}
+
+// waitOutcome waits until a host's latest run has outcome and returns its detail.
+func (e *env) waitOutcome(identity, outcome string) *operator.Detail {
+	e.t.Helper()
+	var d *operator.Detail
+	require.Eventually(e.t, func() bool {
+		var err error
+		d, err = e.operator().Show(context.Background(), identity)
+		return err == nil && d.Outcome == outcome && d.State != nil
+	}, 60*time.Second, 250*time.Millisecond, "%s never reached %s", identity, outcome)
+	return d
 }

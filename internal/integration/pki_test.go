@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/activities"
@@ -119,4 +120,47 @@ func TestIntegrationPKIDeniedCSR(t *testing.T) {
 	hist := e.history(failed.Identity)
 	require.Equal(t, 1, strings.Count(strings.Join(scheduled(hist), ","), activities.GencsrName), "a denied CSR is not retried")
 	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[1]))
+}
+
+// jwt-only: no gen25519, no CSR; the helper makes the key, which travels encrypted with the ECDH
+// secret from the jwt step, with the certificate and CA; action and OPA policies pass through.
+func TestIntegrationJWTOnlyModeWithHelperKeyAndPolicies(t *testing.T) {
+	t.Setenv("PROVISIONER_FEATURES__PKI", "false")
+	e := newEnv(t, envOptions{mode: devstack.ModePKI, servers: 2, helper: func(s *devstack.Stack) string {
+		return s.HelperCommand + " --supply-key --policies --ssldir-base " + s.Fleet.Dir
+	}})
+	require.False(t, e.cfg.Features.PKI)
+	require.True(t, e.cfg.Features.JWT)
+	e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyCertificate(m)
+		require.Equal(t, []string{activities.FetchJWTName, activities.InventoryName, activities.RunHelperName,
+			activities.ConfigureName, activities.RestartName}, scheduled(e.history(m.Identity)))
+		policy, err := os.ReadFile(filepath.Join(m.Dir, "policies", "rpcutil.policy"))
+		require.NoError(t, err)
+		require.Equal(t, "policy default allow\n", string(policy))
+		_, err = os.Stat(filepath.Join(m.Dir, "policies", "rego", "default.rego"))
+		require.NoError(t, err)
+	}
+}
+
+// The helper's shutdown decision shuts that server down (it exits, no restart) and ends its
+// workflow as shutdown; the other server is provisioned.
+func TestIntegrationHelperShutdown(t *testing.T) {
+	var doomed string
+	e := newEnv(t, envOptions{servers: 2, helper: func(s *devstack.Stack) string {
+		doomed = s.Fleet.Identity(0)
+		script := filepath.Join(s.Opts.Dir, "helper.sh")
+		body := "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *'\"identity\":\"" + doomed + "\"'*) echo '{\"shutdown\":true,\"msg\":\"decommissioned in the CMDB\"}'; exit 0;; esac\nprintf '%s' \"$input\" | " + s.HelperCommand + "\n"
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	svc := e.provisioner("replica-a")
+	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members[1])
+	d := e.waitOutcome(doomed, workflows.OutcomeShutdown)
+	require.Contains(t, d.State.HelperMessage, "decommissioned in the CMDB")
+	require.Eventually(t, func() bool { return e.stack.Fleet.Members[0].Exited() }, 30*time.Second, 200*time.Millisecond, "the server process exits")
+	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[0]))
+	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.ShutdownRequests.WithLabelValues("dev")))
 }
