@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -117,7 +118,15 @@ func (s *ServerJWTSigner) Sign(in SignInput) (string, error) {
 	}
 	for _, c := range collectives {
 		if c == "" || strings.ContainsAny(c, ".>* \t") {
-			return "", fmt.Errorf("%w: collective %q is not a valid name", ErrSigning, c)
+			return "", fmt.Errorf("%w: server_claims collective %q is not a valid name", ErrSigning, c)
+		}
+	}
+	if !nameRe.MatchString(org) {
+		return "", fmt.Errorf("%w: server_claims ou %q is not a valid organization unit", ErrSigning, org)
+	}
+	for _, subj := range pubSubs {
+		if subj == "" || strings.ContainsAny(subj, " \t\r\n") || subj == ">" || strings.HasPrefix(subj, ">") || strings.HasPrefix(subj, "*.>") {
+			return "", fmt.Errorf("%w: server_claims pub_subjects entry %q is not an allowed subject", ErrSigning, subj)
 		}
 	}
 
@@ -158,6 +167,8 @@ func (s *ServerJWTSigner) Sign(in SignInput) (string, error) {
 	}
 	return signed, nil
 }
+
+var nameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 func readSeed(file string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(file)

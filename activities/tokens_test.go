@@ -152,6 +152,20 @@ func TestServerJWTErrors(t *testing.T) {
 
 	_, err = s.Sign(SignInput{Identity: "n1", PublicKey: pk, Claims: &ServerClaims{Collectives: []string{"bad.collective"}}})
 	require.ErrorContains(t, err, "collective")
+	for _, nonsense := range []*ServerClaims{
+		{Collectives: []string{""}},
+		{Collectives: []string{"*"}},
+		{OrganizationUnit: "evil org"},
+		{OrganizationUnit: "a.b"},
+		{AdditionalPublishSubjects: []string{">"}},
+		{AdditionalPublishSubjects: []string{"*.>"}},
+		{AdditionalPublishSubjects: []string{"two words"}},
+		{AdditionalPublishSubjects: []string{""}},
+	} {
+		_, err = s.Sign(SignInput{Identity: "n1", PublicKey: pk, Claims: nonsense})
+		require.ErrorIs(t, err, ErrSigning, "%+v", nonsense)
+		require.ErrorContains(t, err, "server_claims", "%+v", nonsense)
+	}
 
 	_, err = s.Sign(SignInput{Identity: "n1", PublicKey: pk, Claims: &ServerClaims{ExpiresAt: jwt.NewNumericDate(time.Now().Add(10 * 365 * 24 * time.Hour))}})
 	require.ErrorContains(t, err, "after jwt_signing_token itself")
