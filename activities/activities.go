@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/choria-io/go-choria/client/choria_provisionclient"
+	cpc "github.com/choria-io/go-choria/client/choria_provisionclient"
 	"github.com/choria-io/go-choria/client/rpcutilclient"
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
@@ -95,10 +95,6 @@ func (a *Activities) busy() func() {
 	return g.Dec
 }
 
-func (a *Activities) ctxForRPC(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, a.cfg.RPCTimeoutDuration)
-}
-
 // one checks that exactly one reply came, from the addressed host, with an OK status.
 func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	switch {
@@ -125,35 +121,68 @@ func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	}
 }
 
-func (a *Activities) provClient() (*choria_provisionclient.ChoriaProvisionClient, error) {
-	return choria_provisionclient.New(a.fw)
+// resulter is an output of go-choria's generated clients: each carries its reply details.
+type resulter[D replyDetails] interface{ ResultDetails() D }
+
+// rpc runs one request addressed to identity within timeout, checks that exactly one OK reply
+// came from it, records the rpc metrics, and returns that reply.
+func rpc[O resulter[D], D replyDetails](ctx context.Context, a *Activities, identity, name string, timeout time.Duration, do func(context.Context) ([]O, error)) (O, error) {
+	var zero O
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	outs, err := do(rctx)
+	if err == nil {
+		details := make([]replyDetails, len(outs))
+		for i, o := range outs {
+			details[i] = o.ResultDetails()
+		}
+		err = a.one(identity, name, details)
+	}
+	a.metrics.ObserveRPC(name, start, err)
+	if err != nil {
+		return zero, err
+	}
+	return outs[0], nil
+}
+
+// callProvision calls a choria_provision action on one host with the RPC timeout.
+func callProvision[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, req func(*cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
+	return callWithin(ctx, a, identity, action, a.cfg.RPCTimeoutDuration, req)
+}
+
+func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, timeout time.Duration, req func(*cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
+	return rpc(ctx, a, identity, "choria_provision#"+action, timeout, func(ctx context.Context) ([]O, error) {
+		// a client per call: the generated clients' option setters mutate them
+		pc, err := cpc.New(a.fw)
+		if err != nil {
+			return nil, err
+		}
+		return req(pc.OptionTargets([]string{identity}))
+	})
+}
+
+// do adapts a generated requester's Do to the outputs rpc wants.
+func do[R interface{ AllOutputs() []O }, O any](ctx context.Context, r interface {
+	Do(context.Context) (R, error)
+}) ([]O, error) {
+	res, err := r.Do(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return res.AllOutputs(), nil
 }
 
 // FetchJWT calls choria_provision#jwt and verifies the JWT against jwt_verify_cert.
 func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult, err error) {
-	const rpc = "choria_provision#jwt"
 	defer func() { err = a.finish(ctx, in.Identity, "jwt", err) }()
 	defer a.busy()()
-	pc, err := a.provClient()
+	reply, err := callProvision(ctx, a, in.Identity, "jwt", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.JwtOutput, error) {
+		return do[*cpc.JwtResult, *cpc.JwtOutput](ctx, pc.Jwt(a.cfg.Token))
+	})
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := pc.OptionTargets([]string{in.Identity}).Jwt(a.cfg.Token).Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
-		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
-	if err != nil {
-		return nil, err
-	}
-	reply := out.AllOutputs()[0]
 	claims, err := VerifyProvisioningJWT(reply.Jwt(), a.cfg.JWTVerifyCert)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidJWT, err)
@@ -166,34 +195,19 @@ func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult
 // Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
 // verifies the signature.
 func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Result, err error) {
-	const rpc = "choria_provision#gen25519"
 	defer func() { err = a.finish(ctx, in.Identity, "gen25519", err) }()
 	defer a.busy()()
-	pc, err := a.provClient()
-	if err != nil {
-		return nil, err
-	}
 	nb := make([]byte, 32)
 	if _, err := rand.Read(nb); err != nil {
 		return nil, err
 	}
 	nonce := hex.EncodeToString(nb)
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := pc.OptionTargets([]string{in.Identity}).Gen25519(nonce, a.cfg.Token).Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
-		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
+	r, err := callProvision(ctx, a, in.Identity, "gen25519", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.Gen25519Output, error) {
+		return do[*cpc.Gen25519Result, *cpc.Gen25519Output](ctx, pc.Gen25519(nonce, a.cfg.Token))
+	})
 	if err != nil {
 		return nil, err
 	}
-	r := out.AllOutputs()[0]
 	if err := VerifyNonceSignature(r.PublicKey(), r.Signature(), nonce); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadSignature, err)
 	}
@@ -203,29 +217,14 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 // Gencsr asks the server for a key and CSR with its identity as common name (pki feature) and
 // validates the CSR against the identity and cert_deny_list.
 func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, err error) {
-	const rpc = "choria_provision#gencsr"
 	defer func() { err = a.finish(ctx, in.Identity, "gencsr", err) }()
 	defer a.busy()()
-	pc, err := a.provClient()
+	r, err := callProvision(ctx, a, in.Identity, "gencsr", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.GencsrOutput, error) {
+		return do[*cpc.GencsrResult, *cpc.GencsrOutput](ctx, pc.Gencsr(a.cfg.Token).Cn(in.Identity))
+	})
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := pc.OptionTargets([]string{in.Identity}).Gencsr(a.cfg.Token).Cn(in.Identity).Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
-		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
-	if err != nil {
-		return nil, err
-	}
-	r := out.AllOutputs()[0]
 	if err := ValidateCSR(r.Csr(), in.Identity, a.cfg.CertDenyList); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCSR, err)
 	}
@@ -234,32 +233,21 @@ func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, 
 
 // Inventory calls rpcutil#inventory.
 func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *InventoryResult, err error) {
-	const rpc = "rpcutil#inventory"
 	defer func() { err = a.finish(ctx, in.Identity, "inventory", err) }()
 	defer a.busy()()
-	rc, err := rpcutilclient.New(a.fw)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := rc.OptionTargets([]string{in.Identity}).Inventory().Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
+	r, err := rpc(ctx, a, in.Identity, "rpcutil#inventory", a.cfg.RPCTimeoutDuration, func(ctx context.Context) ([]*rpcutilclient.InventoryOutput, error) {
+		rc, err := rpcutilclient.New(a.fw)
+		if err != nil {
+			return nil, err
 		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
+		return do[*rpcutilclient.InventoryResult, *rpcutilclient.InventoryOutput](ctx, rc.OptionTargets([]string{in.Identity}).Inventory())
+	})
 	if err != nil {
 		return nil, err
 	}
-	r := out.AllOutputs()[0]
 	j, err := r.JSON()
 	if err != nil {
-		return nil, temporal.NewApplicationError(fmt.Sprintf("%s: cannot encode inventory: %v", rpc, err), ErrTypeBadReply)
+		return nil, temporal.NewApplicationError(fmt.Sprintf("rpcutil#inventory: cannot encode inventory: %v", err), ErrTypeBadReply)
 	}
 	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable(), Attempted: attempted(ctx)}, nil
 }
@@ -310,148 +298,94 @@ func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed st
 
 // Configure sends the configuration with choria_provision#configure.
 func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *MessageResult, err error) {
-	const rpc = "choria_provision#configure"
 	defer func() { err = a.finish(ctx, in.Identity, "configure", err) }()
 	defer a.busy()()
-	pc, err := a.provClient()
-	if err != nil {
-		return nil, err
-	}
 	cj, err := json.Marshal(in.Configuration)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
 	}
-	req := pc.OptionTargets([]string{in.Identity}).Configure(string(cj)).Token(a.cfg.Token)
-	if in.Certificate != "" {
-		req = req.Certificate(in.Certificate)
-	}
-	if in.CA != "" {
-		req = req.Ca(in.CA)
-	}
-	if in.SSLDir != "" {
-		req = req.Ssldir(in.SSLDir)
-	}
+	var key, keyECDH string
 	if in.Key != "" {
 		// a fresh provisioner ECDH pair per attempt: the server's half changes with every jwt call
-		enc, pub, err := EncryptKeyForServer(in.Key, in.ECDHPublic)
-		if err != nil {
+		if key, keyECDH, err = EncryptKeyForServer(in.Key, in.ECDHPublic); err != nil {
 			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
 		}
-		req = req.Key(enc).EcdhPublic(pub)
 	}
-	if in.ServerJWT != "" {
-		req = req.ServerJwt(in.ServerJWT)
-	}
-	if len(in.ActionPolicies) > 0 {
-		req = req.ActionPolicies(anyMap(in.ActionPolicies))
-	}
-	if len(in.OPAPolicies) > 0 {
-		req = req.OpaPolicies(anyMap(in.OPAPolicies))
-	}
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := req.Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
+	r, err := callProvision(ctx, a, in.Identity, "configure", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ConfigureOutput, error) {
+		req := pc.Configure(string(cj)).Token(a.cfg.Token)
+		if in.Certificate != "" {
+			req = req.Certificate(in.Certificate)
 		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
+		if in.CA != "" {
+			req = req.Ca(in.CA)
+		}
+		if in.SSLDir != "" {
+			req = req.Ssldir(in.SSLDir)
+		}
+		if key != "" {
+			req = req.Key(key).EcdhPublic(keyECDH)
+		}
+		if in.ServerJWT != "" {
+			req = req.ServerJwt(in.ServerJWT)
+		}
+		if len(in.ActionPolicies) > 0 {
+			req = req.ActionPolicies(anyMap(in.ActionPolicies))
+		}
+		if len(in.OPAPolicies) > 0 {
+			req = req.OpaPolicies(anyMap(in.OPAPolicies))
+		}
+		return do[*cpc.ConfigureResult, *cpc.ConfigureOutput](ctx, req)
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
+	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
 }
 
 // Restart asks the server to restart into its new configuration.
 func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *MessageResult, err error) {
-	const rpc = "choria_provision#restart"
 	defer func() { err = a.finish(ctx, in.Identity, "restart", err) }()
 	defer a.busy()()
-	pc, err := a.provClient()
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := pc.OptionTargets([]string{in.Identity}).Restart(a.cfg.Token).Splay(float64(in.Splay)).Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
-		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
+	r, err := callProvision(ctx, a, in.Identity, "restart", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.RestartOutput, error) {
+		return do[*cpc.RestartResult, *cpc.RestartOutput](ctx, pc.Restart(a.cfg.Token).Splay(float64(in.Splay)))
+	})
 	if err != nil {
 		return nil, err
 	}
 	a.metrics.Provisioned.WithLabelValues(a.cfg.Site).Inc()
 	a.logger(ctx, in.Identity, "restart").Info("provisioned")
-	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
+	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
 }
 
 // ReleaseUpdate asks the server to update its binary with choria_provision#release_update; the
 // server restarts into the new version (still in provisioning mode) about 2 s later.
 func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *MessageResult, err error) {
-	const rpc = "choria_provision#release_update"
 	defer func() { err = a.finish(ctx, in.Identity, "upgrade", err) }()
 	defer a.busy()()
 	if a.cfg.UpgradesRepository == "" {
 		return nil, temporal.NewNonRetryableApplicationError("upgrades_repository is not configured", ErrTypeConfig, nil)
 	}
-	pc, err := a.provClient()
-	if err != nil {
-		return nil, err
-	}
 	// downloading and verifying a binary takes longer than an ordinary RPC
-	rctx, cancel := context.WithTimeout(ctx, 3*a.cfg.RPCTimeoutDuration)
-	defer cancel()
-	start := time.Now()
-	out, err := pc.OptionTargets([]string{in.Identity}).ReleaseUpdate(a.cfg.UpgradesRepository, a.cfg.Token, in.Version).Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
-		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
+	r, err := callWithin(ctx, a, in.Identity, "release_update", 3*a.cfg.RPCTimeoutDuration, func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ReleaseUpdateOutput, error) {
+		return do[*cpc.ReleaseUpdateResult, *cpc.ReleaseUpdateOutput](ctx, pc.ReleaseUpdate(a.cfg.UpgradesRepository, a.cfg.Token, in.Version))
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
+	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
 }
 
 // Shutdown asks the server to shut down (the helper's decision).
 func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageResult, err error) {
-	const rpc = "choria_provision#shutdown"
 	defer func() { err = a.finish(ctx, in.Identity, "shutdown", err) }()
 	defer a.busy()()
-	pc, err := a.provClient()
+	r, err := callProvision(ctx, a, in.Identity, "shutdown", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ShutdownOutput, error) {
+		return do[*cpc.ShutdownResult, *cpc.ShutdownOutput](ctx, pc.Shutdown(a.cfg.Token))
+	})
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := a.ctxForRPC(ctx)
-	defer cancel()
-	start := time.Now()
-	out, err := pc.OptionTargets([]string{in.Identity}).Shutdown(a.cfg.Token).Do(rctx)
-	if err == nil {
-		var details []replyDetails
-		for _, o := range out.AllOutputs() {
-			details = append(details, o.ResultDetails())
-		}
-		err = a.one(in.Identity, rpc, details)
-	}
-	a.metrics.ObserveRPC(rpc, start, err)
-	if err != nil {
-		return nil, err
-	}
-	return &MessageResult{Message: out.AllOutputs()[0].Message(), Attempted: attempted(ctx)}, nil
+	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
 }
 
 func attempted(ctx context.Context) Attempted {
