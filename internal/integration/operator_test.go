@@ -46,7 +46,14 @@ func (e *env) operator() *operator.Operator {
 
 // cli runs the operator CLI binary and returns its output and exit code.
 func (e *env) cli(env []string, args ...string) (string, int) {
-	cmd := exec.Command(selfBinary, append([]string{"hosts", "--config", e.stack.ConfigFile}, args...)...)
+	return e.run(env, append([]string{"hosts", "--config", e.stack.ConfigFile}, args...)...)
+}
+
+// cliCmd runs any choria-provisioner command.
+func (e *env) cliCmd(args ...string) (string, int) { return e.run(nil, args...) }
+
+func (e *env) run(env []string, args ...string) (string, int) {
+	cmd := exec.Command(selfBinary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -199,4 +206,29 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	e.waitProvisioned(60*time.Second, slow, fresh)
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)
+}
+
+// A failed host is retried automatically when it is sighted again: the next sweep starts a new
+// run, which provisions it once the cause is gone.
+func TestIntegrationFailedHostRetriedOnNextSighting(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
+	e.setFlag("helper-broken", true)
+	svc := e.provisioner("replica-a")
+	m := e.stack.Fleet.Members[0]
+	e.waitOutcome(m.Identity, workflows.OutcomeFailed)
+	e.setFlag("helper-broken", false)
+	_, err := svc.Sweep(context.Background())
+	require.NoError(t, err)
+	e.waitProvisioned(60*time.Second, m)
+	e.runs(m.Identity, 2)
+}
+
+// setup registers the search attributes on a namespace and may run again and again.
+func TestIntegrationSetupIsIdempotent(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 0})
+	for i := 0; i < 3; i++ {
+		out, code := e.cliCmd("setup", "--config", e.stack.ConfigFile, "--retention", "720h")
+		require.Equal(t, 0, code, out)
+		require.Contains(t, out, "ready for the provisioner")
+	}
 }
