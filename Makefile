@@ -6,7 +6,7 @@ TEMPORAL   := $(BIN)/temporal
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build tools run test test-unit test-integration lint compose-check bench clean
+.PHONY: all build tools run test test-unit test-integration test-faults lint compose-check bench clean
 
 all: build
 
@@ -33,6 +33,10 @@ test-unit:
 
 test-integration: tools
 	$(GO_TEST) $(TEST_FLAGS) -run Integration ./...
+
+## test-faults: the fault scenarios alone (they also run in make test); results: docs/reliability.md
+test-faults: tools
+	$(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFault' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT' 
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
 compose-check:

@@ -95,6 +95,31 @@ func (a *Activities) busy() func() {
 	return g.Dec
 }
 
+// HeartbeatEvery is how often a step that runs long tells Temporal its worker is alive. Steps
+// run with a heartbeat timeout, so the steps of a worker that died are retried elsewhere within
+// seconds instead of after their start-to-close timeout. A step done sooner sends none.
+const HeartbeatEvery = 2 * time.Second
+
+// heartbeat beats until the returned func runs.
+func heartbeat(ctx context.Context) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(HeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // one checks that exactly one reply came, from the addressed host, with an OK status.
 func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	switch {
@@ -177,6 +202,7 @@ func do[R interface{ AllOutputs() []O }, O any](ctx context.Context, r interface
 func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "jwt", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	reply, err := callProvision(ctx, a, in.Identity, "jwt", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.JwtOutput, error) {
 		return do[*cpc.JwtResult, *cpc.JwtOutput](ctx, pc.Jwt(a.cfg.Token))
 	})
@@ -197,6 +223,7 @@ func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult
 func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Result, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "gen25519", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	nb := make([]byte, 32)
 	if _, err := rand.Read(nb); err != nil {
 		return nil, err
@@ -219,6 +246,7 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "gencsr", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	r, err := callProvision(ctx, a, in.Identity, "gencsr", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.GencsrOutput, error) {
 		return do[*cpc.GencsrResult, *cpc.GencsrOutput](ctx, pc.Gencsr(a.cfg.Token).Cn(in.Identity))
 	})
@@ -235,6 +263,7 @@ func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, 
 func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *InventoryResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "inventory", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	r, err := rpc(ctx, a, in.Identity, "rpcutil#inventory", a.cfg.RPCTimeoutDuration, func(ctx context.Context) ([]*rpcutilclient.InventoryOutput, error) {
 		rc, err := rpcutilclient.New(a.fw)
 		if err != nil {
@@ -249,6 +278,9 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 	if err != nil {
 		return nil, temporal.NewApplicationError(fmt.Sprintf("rpcutil#inventory: cannot encode inventory: %v", err), ErrTypeBadReply)
 	}
+	if err := checkInventorySize(len(j)); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadReply, err)
+	}
 	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable(), Attempted: attempted(ctx)}, nil
 }
 
@@ -256,6 +288,7 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *HelperOutput, err error) {
 	defer func() { err = a.finish(ctx, req.Input.Identity, "helper", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	input := req.Input
 	if input.JWT != nil && req.HadToken {
 		claims := *input.JWT
@@ -289,6 +322,7 @@ func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *Hel
 func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed string, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "sign", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	s, err := a.signer.Sign(in)
 	if err != nil {
 		return "", temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeSigning, err)
@@ -300,6 +334,7 @@ func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed st
 func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *MessageResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "configure", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	cj, err := json.Marshal(in.Configuration)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
@@ -346,6 +381,7 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *Mes
 func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *MessageResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "restart", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	r, err := callProvision(ctx, a, in.Identity, "restart", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.RestartOutput, error) {
 		return do[*cpc.RestartResult, *cpc.RestartOutput](ctx, pc.Restart(a.cfg.Token).Splay(float64(in.Splay)))
 	})
@@ -362,6 +398,7 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *Message
 func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *MessageResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "upgrade", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	if a.cfg.UpgradesRepository == "" {
 		return nil, temporal.NewNonRetryableApplicationError("upgrades_repository is not configured", ErrTypeConfig, nil)
 	}
@@ -379,6 +416,7 @@ func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *M
 func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageResult, err error) {
 	defer func() { err = a.finish(ctx, in.Identity, "shutdown", err) }()
 	defer a.busy()()
+	defer heartbeat(ctx)()
 	r, err := callProvision(ctx, a, in.Identity, "shutdown", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ShutdownOutput, error) {
 		return do[*cpc.ShutdownResult, *cpc.ShutdownOutput](ctx, pc.Shutdown(a.cfg.Token))
 	})
@@ -386,6 +424,20 @@ func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageRe
 		return nil, err
 	}
 	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
+}
+
+// MaxInventoryBytes keeps an inventory well inside Temporal's payload limit (2 MiB by default),
+// so one host's huge fact set fails that host with a reason instead of its workflow task.
+const MaxInventoryBytes = 1 << 20
+
+// ErrInventoryTooLarge is returned for inventories over MaxInventoryBytes.
+var ErrInventoryTooLarge = errors.New("inventory is too large")
+
+func checkInventorySize(n int) error {
+	if n > MaxInventoryBytes {
+		return fmt.Errorf("%w: %d bytes, the limit is %d (Temporal payload size): trim the server's facts", ErrInventoryTooLarge, n, MaxInventoryBytes)
+	}
+	return nil
 }
 
 func attempted(ctx context.Context) Attempted {

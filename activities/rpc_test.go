@@ -43,3 +43,8 @@ func TestReplyClassification(t *testing.T) {
 	check([]replyDetails{reply{"n1", false, "Cannot reconfigure a server that is not in provisioning mode"}}, ErrTypeNotProvisioning, true)
 	check([]replyDetails{reply{"n1", false, "Incorrect provision token supplied"}}, ErrTypeAborted, false)
 }
+
+func TestInventorySizeLimit(t *testing.T) {
+	require.NoError(t, checkInventorySize(MaxInventoryBytes))
+	require.ErrorIs(t, checkInventorySize(MaxInventoryBytes+1), ErrInventoryTooLarge)
+}

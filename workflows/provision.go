@@ -438,7 +438,9 @@ func stepOptions(step string) (workflow.ActivityOptions, int) {
 		MaximumAttempts:        5,
 		NonRetryableErrorTypes: nonRetryable,
 	}
-	opts := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: policy}
+	// The heartbeat timeout finds a dead worker's steps fast: activities beat every 2 s once they
+	// have run that long (activities.HeartbeatEvery).
+	opts := workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 10 * time.Second, RetryPolicy: policy}
 	switch step {
 	case StepUpgrade:
 		policy.MaximumAttempts = 3 // as the Choria Provisioner

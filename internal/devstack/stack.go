@@ -60,6 +60,9 @@ type Stack struct {
 	ctx             context.Context
 	cancel          context.CancelFunc
 	wg              sync.WaitGroup
+	brokerCancel    context.CancelFunc
+	brokerWG        sync.WaitGroup
+	temporalOpts    TemporalOptions
 }
 
 // StartStack brings up Temporal and the broker, writes the provisioner's configuration, and
@@ -113,15 +116,20 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		dbFile = filepath.Join(o.Dir, "temporal.db")
 	}
 	if s.TemporalAddress == "" {
-		s.Temporal, err = StartTemporal(ctx, TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint})
+		if o.TemporalPort == 0 {
+			if o.TemporalPort, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint}
+		s.Temporal, err = StartTemporal(ctx, s.temporalOpts)
 		if err != nil {
 			return nil, err
 		}
 		s.TemporalAddress = s.Temporal.FrontendHostPort()
 	}
 
-	s.Broker, err = StartBroker(s.ctx, &s.wg, o.Dir, "127.0.0.1", brokerPort, s.Creds, "warn", filepath.Join(o.Dir, "broker.log"))
-	if err != nil {
+	if err := s.startBroker(brokerPort); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -156,6 +164,44 @@ func (s *Stack) writeProvisionerConfig() error {
 	return nil
 }
 
+func (s *Stack) startBroker(port int) error {
+	bctx, cancel := context.WithCancel(s.ctx)
+	b, err := StartBroker(bctx, &s.brokerWG, s.Opts.Dir, "127.0.0.1", port, s.Creds, "warn", filepath.Join(s.Opts.Dir, "broker.log"))
+	if err != nil {
+		cancel()
+		return err
+	}
+	s.Broker, s.brokerCancel = b, cancel
+	return nil
+}
+
+// RestartBroker stops the broker, waits down, and starts it again on the same port (fault tests).
+func (s *Stack) RestartBroker(down time.Duration) error {
+	port := s.Broker.Port
+	s.brokerCancel()
+	s.brokerWG.Wait()
+	time.Sleep(down)
+	return s.startBroker(port)
+}
+
+// RestartTemporal stops the stack's own Temporal dev server and starts it again on the same port
+// and database file (fault tests; needs Persist for the state to survive).
+func (s *Stack) RestartTemporal(ctx context.Context, down time.Duration) error {
+	if s.Temporal == nil {
+		return fmt.Errorf("this stack uses a Temporal it did not start")
+	}
+	if err := s.Temporal.Stop(); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	srv, err := StartTemporal(ctx, s.temporalOpts)
+	if err != nil {
+		return err
+	}
+	s.Temporal = srv
+	return nil
+}
+
 // UIURL is the Web UI address when the UI is on.
 func (s *Stack) UIURL() string {
 	if !s.Opts.UI {
@@ -172,6 +218,7 @@ func (s *Stack) Stop() {
 	}
 	s.cancel()
 	s.wg.Wait()
+	s.brokerWG.Wait()
 	if s.Temporal != nil {
 		_ = s.Temporal.Stop()
 	}

@@ -38,6 +38,8 @@ type env struct {
 
 type envOptions struct {
 	ownTemporalWithUI bool   // a Temporal of the test's own, with the Web UI
+	ownTemporal       bool   // a Temporal of the test's own
+	persist           bool   // ... on a SQLite file, so it survives a restart
 	mode              string // devstack.ModeIssuer (default) or ModePKI
 	extraConfig       string // YAML appended to the provisioner's configuration
 	servers           int
@@ -58,10 +60,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Dir: dir, Self: selfBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
 	}
-	if o.ownTemporalWithUI {
+	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()
 		require.NoError(t, err)
-		opts.TemporalAddress, opts.TemporalBin, opts.UI = "", bin, true
+		opts.TemporalAddress, opts.TemporalBin, opts.UI, opts.Persist = "", bin, o.ownTemporalWithUI, o.persist
 	}
 	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)

@@ -117,6 +117,10 @@ func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (cli
 	return c, nil
 }
 
+// DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
+// rpc_timeout, a helper helper_timeout; both default to 10 s).
+const DrainTimeout = 20 * time.Second
+
 // Options choose which parts of the service run in this process.
 type Options struct {
 	Worker    bool
@@ -195,7 +199,8 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 
 	errc := make(chan error, 2)
 	if s.opts.Worker {
-		wo := worker.Options{}
+		// on SIGTERM, steps in flight get this long to finish before the worker lets go of them
+		wo := worker.Options{WorkerStopTimeout: DrainTimeout}
 		if s.opts.WorkerOptions != nil {
 			wo = *s.opts.WorkerOptions
 		}

@@ -1,0 +1,138 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// Fault scenarios (make test-faults runs only these). Each reports hosts provisioned, lost and
+// provisioned more than once, and the time to recover; docs/reliability.md holds the results.
+
+// processProvisioner runs `choria-provisioner run` as its own process, so it can be killed.
+func (e *env) processProvisioner(name string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(selfBinary, "run", "--config", e.stack.ConfigFile)
+	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, name+".out"))
+	require.NoError(e.t, err)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, name+".log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(e.t, cmd.Start())
+	e.t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		out.Close()
+	})
+	return cmd
+}
+
+// waitInFlight waits until n hosts are running their helper step.
+func (e *env) waitInFlight(n int) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		l, err := e.operator().List(context.Background(), operator.Filter{Outcome: workflows.OutcomeRunning, Step: workflows.StepHelper})
+		return err == nil && len(l) >= n
+	}, 60*time.Second, 100*time.Millisecond, "hosts did not reach the helper step")
+}
+
+// tally checks every host: provisioned by exactly one run that configured and restarted it once.
+func (e *env) tally(scenario string, since time.Time) {
+	e.t.Helper()
+	lost, twice := 0, 0
+	for _, m := range e.stack.Fleet.Members {
+		if !devstack.Provisioned(m) || !runningProvisioned(m) {
+			lost++
+			continue
+		}
+		e.runs(m.Identity, 1)
+		steps := strings.Join(scheduled(e.history(m.Identity)), ",")
+		if strings.Count(steps, activities.ConfigureName) != 1 || strings.Count(steps, activities.RestartName) != 1 {
+			twice++
+		}
+		e.verifyServerJWT(m)
+	}
+	e.t.Logf("FAULT %s: hosts %d, provisioned %d, lost %d, provisioned more than once %d, recovered in %v",
+		scenario, len(e.stack.Fleet.Members), len(e.stack.Fleet.Members)-lost, lost, twice, time.Since(since).Round(100*time.Millisecond))
+	require.Zero(e.t, lost, "hosts lost")
+	require.Zero(e.t, twice, "hosts configured more than once")
+}
+
+func TestIntegrationFaultKillWorker(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 8, helper: switchableHelper(t)})
+	e.setFlag("helper-slow", true)
+	first := e.processProvisioner("replica-a")
+	e.waitInFlight(4)
+	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
+	killed := time.Now()
+	e.setFlag("helper-slow", false)
+	e.processProvisioner("replica-b")
+	e.waitProvisioned(120*time.Second, e.stack.Fleet.Members...)
+	e.tally("kill -9 worker", killed)
+}
+
+func TestIntegrationFaultSIGTERMDrains(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 3, helper: switchableHelper(t)})
+	e.setFlag("helper-slow", true) // 8 s helpers in flight when the signal comes
+	p := e.processProvisioner("replica-a")
+	e.waitInFlight(3)
+	require.NoError(t, p.Process.Signal(syscall.SIGTERM))
+	sent := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the worker did not stop within 40 s of SIGTERM")
+	}
+	drained := time.Since(sent)
+	t.Logf("FAULT SIGTERM: worker exited %v after the signal (drain bound %v)", drained.Round(100*time.Millisecond), 20*time.Second)
+	// the helper runs in flight finished and were recorded: nothing failed or timed out
+	for _, m := range e.stack.Fleet.Members {
+		hist := e.history(m.Identity)
+		require.Empty(t, activityFailures(hist), m.Identity)
+		for _, ev := range hist {
+			require.Nil(t, ev.GetActivityTaskTimedOutEventAttributes(), "%s: a step timed out instead of draining", m.Identity)
+		}
+	}
+	e.setFlag("helper-slow", false)
+	e.processProvisioner("replica-b")
+	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members...)
+	e.tally("SIGTERM drain", sent)
+}
+
+func TestIntegrationFaultBrokerRestart(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 6, helper: switchableHelper(t)})
+	e.setFlag("helper-slow", true)
+	e.provisioner("replica-a")
+	e.waitInFlight(3)
+	start := time.Now()
+	require.NoError(t, e.stack.RestartBroker(2*time.Second))
+	e.setFlag("helper-slow", false)
+	e.waitProvisioned(120*time.Second, e.stack.Fleet.Members...)
+	e.tally("broker restart", start)
+}
+
+func TestIntegrationFaultTemporalRestart(t *testing.T) {
+	e := newEnv(t, envOptions{ownTemporalWithUI: false, ownTemporal: true, persist: true, servers: 6, helper: switchableHelper(t)})
+	e.setFlag("helper-slow", true)
+	e.provisioner("replica-a")
+	e.waitInFlight(3)
+	start := time.Now()
+	require.NoError(t, e.stack.RestartTemporal(context.Background(), 2*time.Second))
+	e.setFlag("helper-slow", false)
+	e.waitProvisioned(120*time.Second, e.stack.Fleet.Members...)
+	e.tally("Temporal dev server restart (SQLite file)", start)
+}
