@@ -6,7 +6,7 @@ TEMPORAL   := $(BIN)/temporal
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build tools run test test-unit test-integration test-faults lint compose-check bench clean
+.PHONY: all deps build tools run test test-unit test-integration test-faults lint compose-check bench clean
 
 all: build
 
@@ -25,7 +25,11 @@ run: build
 	$(PROVISIONER) dev $(ARGS)
 
 ## test: unit tests, then integration tests against real Temporal, broker and go-choria servers
-test: tools lint compose-check
+## deps: Debian packages the tests need (installed when missing and running as root)
+deps:
+	@scripts/deps.sh
+
+test: deps tools lint compose-check
 	$(GO_TEST) $(TEST_FLAGS) ./...
 
 test-unit:

@@ -232,3 +232,15 @@ func (e *env) waitOutcome(identity, outcome string) *operator.Detail {
 	}, 60*time.Second, 250*time.Millisecond, "%s never reached %s", identity, outcome)
 	return d
 }
+
+// waitFailed waits until exactly n hosts' latest runs failed and returns them.
+func (e *env) waitFailed(n int) []operator.Host {
+	e.t.Helper()
+	var failed []operator.Host
+	require.Eventually(e.t, func() bool {
+		l, err := e.operator().List(context.Background(), operator.Filter{Outcome: workflows.OutcomeFailed})
+		failed = l
+		return err == nil && len(l) == n
+	}, 90*time.Second, 250*time.Millisecond, "waiting for %d failed hosts", n)
+	return failed
+}

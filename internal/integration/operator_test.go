@@ -84,10 +84,7 @@ func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
 	op := e.operator()
 	ctx := context.Background()
 
-	require.Eventually(t, func() bool {
-		hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed})
-		return err == nil && len(hosts) == 4
-	}, 90*time.Second, 500*time.Millisecond, "all hosts should fail while the helper is broken")
+	e.waitFailed(4) // every host fails while the helper is broken
 
 	hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed, Step: workflows.StepHelper, Site: "dev"})
 	require.NoError(t, err)
@@ -231,4 +228,23 @@ func TestIntegrationSetupIsIdempotent(t *testing.T) {
 		require.Equal(t, 0, code, out)
 		require.Contains(t, out, "ready for the provisioner")
 	}
+}
+
+// `hosts cancel` ends a host's running workflow; the host is not configured.
+func TestIntegrationCancelHost(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
+	e.setFlag("helper-slow", true)
+	e.provisioner("replica-a")
+	m := e.stack.Fleet.Members[0]
+	e.waitInFlight(1)
+	out, code := e.cli(nil, "cancel", m.Identity)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "canceled "+m.Identity)
+	require.Eventually(t, func() bool {
+		d, err := e.operator().Show(context.Background(), m.Identity)
+		return err == nil && d.Host.Status == "Canceled"
+	}, 30*time.Second, 200*time.Millisecond)
+	require.False(t, devstack.Provisioned(m))
+	out, code = e.cli(nil, "cancel", "no-such-host.example")
+	require.Equal(t, 2, code, out)
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/internal/devstack"
-	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -103,16 +101,7 @@ func TestIntegrationPKIDeniedCSR(t *testing.T) {
 	e := newEnv(t, envOptions{mode: devstack.ModePKI, servers: 2, extraConfig: "cert_deny_list:\n  - '/node-001\\.demo/'\n"})
 	e.provisioner("replica-a")
 	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members[0])
-	op := e.operator()
-	var failed operator.Host
-	require.Eventually(t, func() bool {
-		l, err := op.List(context.Background(), operator.Filter{Outcome: workflows.OutcomeFailed})
-		if err != nil || len(l) != 1 {
-			return false
-		}
-		failed = l[0]
-		return true
-	}, 60*time.Second, 250*time.Millisecond)
+	failed := e.waitFailed(1)[0]
 	require.Equal(t, e.stack.Fleet.Identity(1), failed.Identity)
 	require.Contains(t, failed.Reason, "step gencsr")
 	require.Contains(t, failed.Reason, "denied certificate name")

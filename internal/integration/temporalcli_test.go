@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/devstack"
-	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -39,12 +37,7 @@ func TestIntegrationTemporalCLIForOperators(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 2, helper: switchableHelper(t)})
 	e.setFlag("helper-broken", true)
 	e.provisioner("replica-a")
-	op := e.operator()
-	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		l, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed})
-		return err == nil && len(l) == 2
-	}, 90*time.Second, 500*time.Millisecond)
+	e.waitFailed(2)
 	failedQuery := fmt.Sprintf(`ProvisionOutcome="failed" AND TaskQueue="%s"`, e.cfg.Temporal.TaskQueue)
 
 	out := e.temporalCLI("workflow", "list", "--query", failedQuery, "--output", "json")

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/internal/devstack"
-	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -57,16 +56,7 @@ printf '%%s' "$input" | %s
 	e.provisioner("replica-a")
 	good := e.stack.Fleet.Members[:2]
 	e.waitProvisioned(60*time.Second, good...)
-	op := e.operator()
-	var failed operator.Host
-	require.Eventually(t, func() bool {
-		l, err := op.List(context.Background(), operator.Filter{Outcome: workflows.OutcomeFailed})
-		if err != nil || len(l) != 1 {
-			return false
-		}
-		failed = l[0]
-		return true
-	}, 60*time.Second, 250*time.Millisecond)
+	failed := e.waitFailed(1)[0]
 	require.Equal(t, broken, failed.Identity)
 	e.runs(good[0].Identity, 1)
 	e.runs(good[1].Identity, 1)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need when they are missing: chromium (Web UI test),
+# docker-compose (validates docker-compose.yaml without an engine), bzip2 (the upgrade test's
+# update repository). As root it installs them; otherwise it says what to install.
+set -euo pipefail
+need=()
+command -v chromium >/dev/null || need+=(chromium)
+command -v docker-compose >/dev/null || need+=(docker-compose)
+command -v bzip2 >/dev/null || need+=(bzip2)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "the tests need these Debian packages: sudo apt-get install ${need[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}"
