@@ -45,6 +45,8 @@ func main() {
 	broker.register(app)
 	codecSrv := &codecServerCommand{}
 	codecSrv.register(app)
+	sim := &fleetSimCommand{}
+	sim.register(app)
 
 	cmd := app.MustParseWithUsage(os.Args[1:])
 
@@ -73,6 +75,8 @@ func main() {
 		err = broker.run(ctx)
 	case "codec-server":
 		err = codecSrv.run(ctx)
+	case "fleet-sim":
+		err = sim.run(ctx)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)

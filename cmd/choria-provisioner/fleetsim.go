@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/choria-io/fisk"
+
+	"github.com/choria-temporal/provisioner/internal/fleetsim"
+)
+
+// fleetSimCommand runs many simulated servers in provisioning mode in one process. It must run in
+// a process of its own: go-choria keeps process-wide state that a provisioner beside it tramples.
+type fleetSimCommand struct {
+	opts   fleetsim.Options
+	rate   float64
+	status string
+}
+
+func (f *fleetSimCommand) register(app *fisk.Application) {
+	cmd := app.Command("fleet-sim", "Simulates N Choria Servers in provisioning mode (benchmarks and tests)")
+	cmd.Flag("broker", "Broker URL").Required().StringVar(&f.opts.BrokerURL)
+	cmd.Flag("provisioning-jwt", "The fleet's provisioning JWT").Required().StringVar(&f.opts.ProvisioningJWT)
+	cmd.Flag("token", "Provisioning token the servers expect").StringVar(&f.opts.Token)
+	cmd.Flag("count", "Number of servers").Default("1000").IntVar(&f.opts.Count)
+	cmd.Flag("prefix", "Identity prefix").StringVar(&f.opts.Prefix)
+	cmd.Flag("rate", "Arrivals per second (0: all at once)").Default("0").Float64Var(&f.rate)
+	cmd.Flag("latency", "Added to every reply").Default("0s").DurationVar(&f.opts.Latency)
+	cmd.Flag("silent", "Share of servers that never answer (0..1)").Default("0").Float64Var(&f.opts.Silent)
+	cmd.Flag("lock-errors", "Share of servers answering their first locked RPCs with the lock error (0..1)").Default("0").Float64Var(&f.opts.LockErrors)
+	cmd.Flag("status", "Write the fleet's state to this file every 500 ms").StringVar(&f.status)
+}
+
+func (f *fleetSimCommand) run(ctx context.Context) error {
+	sim, err := fleetsim.Start(ctx, f.opts, f.rate)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("simulating %d servers on %s\n", f.opts.Count, f.opts.BrokerURL)
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if f.status != "" {
+			if err := sim.WriteStatus(f.status); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

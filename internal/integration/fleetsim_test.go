@@ -1,0 +1,66 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/internal/fleetsim"
+)
+
+// startFleetSim runs `choria-provisioner fleet-sim` in its own process against the test's broker.
+func (e *env) startFleetSim(count int, args ...string) func() fleetsim.Status {
+	e.t.Helper()
+	status := filepath.Join(e.stack.Opts.Dir, "fleetsim.json")
+	cmd := exec.Command(selfBinary, append([]string{"fleet-sim", "--broker", e.stack.Broker.URL, "--provisioning-jwt", e.stack.Creds.ProvisioningJWT,
+		"--token", e.stack.Creds.Token, "--count", fmt.Sprint(count), "--status", status}, args...)...)
+	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, "fleetsim.out"))
+	require.NoError(e.t, err)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(e.t, cmd.Start())
+	e.t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait(); out.Close() })
+	return func() fleetsim.Status {
+		var st fleetsim.Status
+		b, err := os.ReadFile(status)
+		if err == nil {
+			_ = json.Unmarshal(b, &st)
+		}
+		return st
+	}
+}
+
+// The simulator's hosts are found and provisioned by the real provisioner through the real
+// broker, each by one workflow, and leave provisioning mode after restart.
+func TestIntegrationFleetSimProvisions(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 0})
+	status := e.startFleetSim(20, "--prefix", "simprov-")
+	start := time.Now()
+	e.provisioner("replica-a")
+	var st fleetsim.Status
+	require.Eventually(t, func() bool {
+		st = status()
+		if len(st.Hosts) != 20 {
+			return false
+		}
+		for _, h := range st.Hosts {
+			if !h.Restarted {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 200*time.Millisecond, "simulated hosts not provisioned")
+	t.Logf("20 simulated hosts provisioned in %v", time.Since(start))
+	for id, h := range st.Hosts {
+		require.Equal(t, "false", h.Provision, id)
+		require.True(t, h.ServerJWT, id)
+		e.runs(id, 1)
+	}
+}
