@@ -51,8 +51,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
+## bench: provision BENCH_HOSTS (default 500) simulated hosts on the dev stack, measured (not a test)
 bench: build
-	@echo "benchmarks arrive with the fleet simulator (issue 5)"
+	scripts/bench.sh
 
 clean:
 	rm -rf $(BIN) .state
