@@ -28,7 +28,7 @@ func (c *credentialsCommand) register(app *fisk.Application) {
 	cmd.Flag("monitor-port", "Metrics port").Default("9464").IntVar(&c.monitorPort)
 }
 
-func (c *credentialsCommand) run() error {
+func (c *credentialsCommand) run(context.Context) error {
 	var hosts []string
 	if c.brokerHost != "" {
 		hosts = append(hosts, c.brokerHost)

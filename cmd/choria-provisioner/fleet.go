@@ -47,6 +47,6 @@ func (h *exampleHelperCommand) register(app *fisk.Application) {
 	cmd.Flag("loglevel", "Server log level").Default("info").StringVar(&h.opts.LogLevel)
 }
 
-func (h *exampleHelperCommand) run() error {
+func (h *exampleHelperCommand) run(context.Context) error {
 	return examplehelper.Run(h.opts, os.Stdin, os.Stdout)
 }

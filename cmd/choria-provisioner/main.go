@@ -23,30 +23,33 @@ func selfPath() string {
 	return p
 }
 
+// command is one subcommand: it declares its flags, then runs when chosen.
+type command interface {
+	register(app *fisk.Application)
+	run(ctx context.Context) error
+}
+
 func main() {
 	app := fisk.New("choria-provisioner", "Provisions Choria Servers, one durable Temporal workflow per host")
 	app.Version(version)
 
-	run := &runCommand{}
-	run.register(app)
-	dev := &devCommand{}
-	dev.register(app)
-	setup := &setupCommand{}
-	setup.register(app)
-	fleet := &fleetServerCommand{}
-	fleet.register(app)
-	helper := &exampleHelperCommand{}
-	helper.register(app)
 	hosts := &hostsCommand{}
 	hosts.register(app)
-	creds := &credentialsCommand{}
-	creds.register(app)
-	broker := &brokerCommand{}
-	broker.register(app)
-	codecSrv := &codecServerCommand{}
-	codecSrv.register(app)
-	sim := &fleetSimCommand{}
-	sim.register(app)
+	commands := map[string]command{
+		"run":            &runCommand{},
+		"dev":            &devCommand{},
+		"setup":          &setupCommand{},
+		"codec-server":   &codecServerCommand{},
+		"fleet-sim":      &fleetSimCommand{},
+		"fleet-server":   &fleetServerCommand{},
+		"example-helper": &exampleHelperCommand{},
+		"credentials":    &credentialsCommand{},
+		"broker":         &brokerCommand{},
+	}
+	// registration order is the help's order
+	for _, name := range []string{"run", "dev", "setup", "codec-server", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker"} {
+		commands[name].register(app)
+	}
 
 	cmd := app.MustParseWithUsage(os.Args[1:])
 
@@ -56,29 +59,7 @@ func main() {
 	if strings.HasPrefix(cmd, "hosts ") {
 		os.Exit(hosts.run(ctx, cmd))
 	}
-
-	var err error
-	switch cmd {
-	case "run":
-		err = run.run(ctx)
-	case "dev":
-		err = dev.run(ctx)
-	case "setup":
-		err = setup.run(ctx)
-	case "fleet-server":
-		err = fleet.run(ctx)
-	case "example-helper":
-		err = helper.run()
-	case "credentials":
-		err = creds.run()
-	case "broker":
-		err = broker.run(ctx)
-	case "codec-server":
-		err = codecSrv.run(ctx)
-	case "fleet-sim":
-		err = sim.run(ctx)
-	}
-	if err != nil {
+	if err := commands[cmd].run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)
 		os.Exit(1)
 	}
