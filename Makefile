@@ -6,7 +6,7 @@ TEMPORAL   := $(BIN)/temporal
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools run test test-unit test-integration test-faults lint compose-check bench clean
+.PHONY: all deps build tools run test test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
 
 all: build
 
@@ -37,6 +37,10 @@ test-unit:
 
 test-integration: tools
 	$(GO_TEST) $(TEST_FLAGS) -run Integration ./...
+
+## test-faults-scale: kill -9 with 500 simulated hosts in flight (minutes; results in docs/reliability.md)
+test-faults-scale: tools
+	FAULTS_SCALE=1 $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultScale' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT'
 
 ## test-faults: the fault scenarios alone (they also run in make test); results: docs/reliability.md
 test-faults: tools

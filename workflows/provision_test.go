@@ -470,3 +470,20 @@ func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Equal(1, countOf(s.host.calls, activities.ConfigureName))
 }
+
+func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeRPC)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	res := s.result()
+	s.Equal(OutcomeShutdown, res.Outcome)
+	s.Contains(res.Message, "did not confirm")
+	s.Equal(2, countOf(s.host.calls, activities.ShutdownName))
+}
+
+func (s *ProvisionSuite) TestShutdownRefusedIsAFailure() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true}}
+	s.host.failing[activities.ShutdownName] = temporal.NewNonRetryableApplicationError("Incorrect provision token supplied", activities.ErrTypeAborted, nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.Require().Error(s.env.GetWorkflowError())
+}

@@ -229,7 +229,7 @@ func (e *env) waitOutcome(identity, outcome string) *operator.Detail {
 		var err error
 		d, err = e.operator().Show(context.Background(), identity)
 		return err == nil && d.Outcome == outcome && d.State != nil
-	}, 60*time.Second, 250*time.Millisecond, "%s never reached %s", identity, outcome)
+	}, 90*time.Second, 250*time.Millisecond, "%s never reached %s", identity, outcome)
 	return d
 }
 
