@@ -62,6 +62,7 @@ type Host struct {
 	ServerJWT   string
 	Restarted   atomic.Bool // restarted out of provisioning mode: answers nothing more
 	Configured  atomic.Bool
+	Configures  atomic.Int32 // configure calls that wrote a configuration
 }
 
 // Fleet is a running simulation.
@@ -291,6 +292,7 @@ func (h *Host) answer(f *Fleet, req protocol.Request) ([]byte, bool) {
 			h.Config = settings
 			h.ServerJWT, _ = args["server_jwt"].(string)
 			h.Configured.Store(true)
+			h.Configures.Add(1)
 			reply.Data = map[string]any{"message": fmt.Sprintf("Wrote %d lines to /etc/choria/%s/server.conf", len(settings)+1, h.Identity)}
 		default:
 			return abort(reply, fmt.Sprintf("%s is not simulated", rpc.Action))
@@ -334,6 +336,7 @@ func (h *Host) lock(caller, action string) bool {
 // HostState is what the status file says of a host.
 type HostState struct {
 	Configured bool   `json:"configured"`
+	Configures int32  `json:"configures"`
 	Restarted  bool   `json:"restarted"`
 	ServerJWT  bool   `json:"server_jwt"`
 	Provision  string `json:"provision"` // the written plugin.choria.server.provision
@@ -350,7 +353,7 @@ func (f *Fleet) WriteStatus(file string) error {
 	st := Status{Hosts: map[string]HostState{}, Replies: f.Replies.Load()}
 	for _, h := range f.order {
 		h.mu.Lock()
-		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Restarted: h.Restarted.Load(), ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"]}
+		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Restarted: h.Restarted.Load(), ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"]}
 		h.mu.Unlock()
 	}
 	b, err := json.Marshal(st)
