@@ -38,28 +38,9 @@ func TestIntegrationFaultScaleKillWorker(t *testing.T) {
 	killed := time.Now()
 	e.processProvisioner("replica-b")
 
-	var st fleetsim.Status
-	require.Eventually(t, func() bool {
-		st = status()
-		n := 0
-		for _, h := range st.Hosts {
-			if h.Restarted {
-				n++
-			}
-		}
-		return n == hosts
-	}, 10*time.Minute, time.Second)
+	st := waitSimRestarted(t, status, hosts, 10*time.Minute)
 	recovered := time.Since(killed)
-	twice := 0
-	extra := 0
-	runs := e.runCounts()
-	for id, h := range st.Hosts {
-		if h.Configures != 1 {
-			twice++
-		}
-		extra += runs[workflows.WorkflowID(id)] - 1
-	}
-	t.Logf("stale-sighting runs (started after a host's run closed; none configures): %d", extra)
+	twice := e.simTally(st)
 	t.Logf("FAULT kill -9 worker with %d simulated hosts: provisioned %d, lost 0, provisioned more than once %d, all done %v after the kill",
 		hosts, len(st.Hosts), twice, recovered.Round(time.Second))
 	require.Zero(t, twice)
@@ -76,20 +57,36 @@ func TestIntegrationFaultScaleTwoReplicas(t *testing.T) {
 	start := time.Now()
 	e.processProvisioner("replica-a")
 	e.processProvisioner("replica-b")
+	st := waitSimRestarted(t, status, hosts, 15*time.Minute)
+	took := time.Since(start)
+	twice := e.simTally(st)
+	t.Logf("FAULT two replicas active/active on %d simulated hosts: provisioned %d, lost 0, provisioned more than once %d, in %v (%.1f hosts/s)",
+		hosts, len(st.Hosts), twice, took.Round(time.Second), float64(hosts)/took.Seconds())
+	require.Zero(t, twice)
+}
+
+// waitSimRestarted waits until all n simulated hosts restarted out of provisioning mode.
+func waitSimRestarted(t *testing.T, status func() fleetsim.Status, n int, timeout time.Duration) fleetsim.Status {
+	t.Helper()
 	var st fleetsim.Status
 	require.Eventually(t, func() bool {
 		st = status()
-		n := 0
+		done := 0
 		for _, h := range st.Hosts {
 			if h.Restarted {
-				n++
+				done++
 			}
 		}
-		return n == hosts
-	}, 15*time.Minute, time.Second)
-	took := time.Since(start)
-	twice := 0
-	extra := 0
+		return done == n
+	}, timeout, time.Second)
+	return st
+}
+
+// simTally returns how many simulated hosts were configured other than exactly once, and logs
+// the stale-sighting runs (runs started after a host's run closed; none configures).
+func (e *env) simTally(st fleetsim.Status) int {
+	e.t.Helper()
+	twice, extra := 0, 0
 	runs := e.runCounts()
 	for id, h := range st.Hosts {
 		if h.Configures != 1 {
@@ -97,10 +94,8 @@ func TestIntegrationFaultScaleTwoReplicas(t *testing.T) {
 		}
 		extra += runs[workflows.WorkflowID(id)] - 1
 	}
-	t.Logf("stale-sighting runs (started after a host's run closed; none configures): %d", extra)
-	t.Logf("FAULT two replicas active/active on %d simulated hosts: provisioned %d, lost 0, provisioned more than once %d, in %v (%.1f hosts/s)",
-		hosts, len(st.Hosts), twice, took.Round(time.Second), float64(hosts)/took.Seconds())
-	require.Zero(t, twice)
+	e.t.Logf("stale-sighting runs (started after a host's run closed; none configures): %d", extra)
+	return twice
 }
 
 // runCounts lists every run on the test's task queue in pages (one visibility query per 1,000

@@ -44,19 +44,7 @@ func TestIntegrationFleetSimProvisions(t *testing.T) {
 	status := e.startFleetSim(20, "--prefix", "simprov-")
 	start := time.Now()
 	e.provisioner("replica-a")
-	var st fleetsim.Status
-	require.Eventually(t, func() bool {
-		st = status()
-		if len(st.Hosts) != 20 {
-			return false
-		}
-		for _, h := range st.Hosts {
-			if !h.Restarted {
-				return false
-			}
-		}
-		return true
-	}, 60*time.Second, 200*time.Millisecond, "simulated hosts not provisioned")
+	st := waitSimRestarted(t, status, 20, 60*time.Second)
 	t.Logf("20 simulated hosts provisioned in %v", time.Since(start))
 	for id, h := range st.Hosts {
 		require.Equal(t, "false", h.Provision, id)
