@@ -183,7 +183,8 @@ func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activiti
 		if err != nil {
 			return nil, err
 		}
-		return req(pc.OptionTargets([]string{identity}))
+		// one reply is expected: one receiver, not rpcclient's default of three subscriptions
+		return req(pc.OptionTargets([]string{identity}).OptionWorkers(1))
 	})
 }
 
@@ -269,7 +270,7 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 		if err != nil {
 			return nil, err
 		}
-		return do[*rpcutilclient.InventoryResult, *rpcutilclient.InventoryOutput](ctx, rc.OptionTargets([]string{in.Identity}).Inventory())
+		return do[*rpcutilclient.InventoryResult, *rpcutilclient.InventoryOutput](ctx, rc.OptionTargets([]string{in.Identity}).OptionWorkers(1).Inventory())
 	})
 	if err != nil {
 		return nil, err

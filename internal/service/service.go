@@ -207,7 +207,9 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
-		w.RegisterActivity(activities.New(fw, s.cfg, s.Metrics, s.log))
+		rpcFw := activities.NewSharedFramework(fw)
+		defer rpcFw.Close()
+		w.RegisterActivity(activities.New(rpcFw, s.cfg, s.Metrics, s.log))
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
 		}
