@@ -29,6 +29,14 @@ func (f *fleetSimCommand) register(app *fisk.Application) {
 	cmd.Flag("latency", "Added to every reply").Default("0s").DurationVar(&f.opts.Latency)
 	cmd.Flag("silent", "Share of servers that never answer (0..1)").Default("0").Float64Var(&f.opts.Silent)
 	cmd.Flag("lock-errors", "Share of servers answering their first locked RPCs with the lock error (0..1)").Default("0").Float64Var(&f.opts.LockErrors)
+	cmd.Flag("flaky", "Share of servers whose RPCs fail transiently (0..1)").Default("0").Float64Var(&f.opts.Flaky)
+	cmd.Flag("flaky-requests", "A flaky server fails its first N RPCs").Default("0").IntVar(&f.opts.FlakyRequests)
+	cmd.Flag("flaky-for", "A flaky server also fails every RPC within this long of its first").Default("0s").DurationVar(&f.opts.FlakyFor)
+	cmd.Flag("flaky-mode", "How a flaky server fails: drop (no reply) or error (an aborted reply)").Default(fleetsim.FlakyDrop).EnumVar(&f.opts.FlakyMode, fleetsim.FlakyDrop, fleetsim.FlakyError)
+	cmd.Flag("server-version", "Server version reported by inventory and lifecycle events").Default("0.30.2").StringVar(&f.opts.Version)
+	cmd.Flag("key-pool", "gencsr shares this many RSA keys among all servers (0: a fresh 2048-bit key per CSR, as real servers)").Default("0").IntVar(&f.opts.KeyPool)
+	cmd.Flag("scratch-dir", "Where release_update downloads releases (removed after each)").StringVar(&f.opts.ScratchDir)
+	cmd.Flag("no-restart-splay", "Restart at once instead of after go-choria's 2-11 s splay").UnNegatableBoolVar(&f.opts.NoRestartSplay)
 	cmd.Flag("status", "Write the fleet's state to this file every 500 ms").StringVar(&f.status)
 }
 
@@ -42,7 +50,7 @@ func (f *fleetSimCommand) run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		if f.status != "" {
-			if err := sim.WriteStatus(f.status); err != nil {
+			if err := sim.WriteStatusIfChanged(f.status); err != nil {
 				return err
 			}
 		}

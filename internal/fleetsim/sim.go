@@ -1,17 +1,21 @@
 // Package fleetsim simulates many Choria Servers in provisioning mode in one process: it answers
 // the choria_provision, rpcutil and discovery agents on the wire as go-choria 0.30.2 servers do,
-// with go-choria's own protocol v2 packages, for thousands of identities over one NATS connection
-// (the broker lets a provisioning connection subscribe provisioning.node.>). Each simulated host
-// has its own identity, keys and lock, publishes startup events, and after configure and restart
-// leaves the provisioning collective as a real server does.
+// with go-choria's own protocol packages (v2 for an Organization Issuer site, v1 for a pki site),
+// for thousands of identities over one NATS connection (the broker lets a provisioning connection
+// subscribe provisioning.node.>). Each simulated host has its own identity, keys and lock,
+// publishes the lifecycle events a real server publishes, and after configure and restart leaves
+// the provisioning collective as a real server does.
+//
+// Memory and CPU: a host is a small struct until it is asked something; keys are made only by the
+// RPC that returns them (gen25519, gencsr, jwt's ECDH pair); one subscription serves every host;
+// timers, not goroutines, wait out restart splays; the status file is written only when a host
+// changed.
 package fleetsim
 
 import (
+	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -21,16 +25,26 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/choria-io/go-choria/choria"
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/lifecycle"
 	"github.com/choria-io/go-choria/protocol"
+	v1 "github.com/choria-io/go-choria/protocol/v1"
 	v2 "github.com/choria-io/go-choria/protocol/v2"
-	"github.com/choria-io/go-choria/providers/agent/mcorpc"
 	cs "github.com/choria-io/go-choria/providers/security/choria"
+	"github.com/choria-io/go-choria/providers/security/filesec"
+	"github.com/choria-io/tokens"
 	"github.com/nats-io/nats.go"
 	"github.com/sirupsen/logrus"
 )
+
+// Transient failure modes of flaky hosts.
+const (
+	FlakyDrop  = "drop"  // the request is not answered (a host busy, a message lost)
+	FlakyError = "error" // answered with an aborted status and FlakyMessage
+)
+
+// FlakyMessage is the status message of a flaky host's error reply.
+const FlakyMessage = "Simulated transient failure"
 
 // Options describe a simulated fleet.
 type Options struct {
@@ -39,79 +53,85 @@ type Options struct {
 	Token           string // provisioning token the servers expect ("" for none)
 	Prefix          string
 	Count           int
-	Version         string        // reported by rpcutil#inventory
+	Version         string        // reported by rpcutil#inventory and lifecycle events
 	Latency         time.Duration // added before every reply
 	// Share of hosts (0..1) that never answer: vanished hosts.
 	Silent float64
-	// Share of hosts whose first RPC of each kind is answered with the provisioning lock error.
+	// Share of hosts whose first RPC of each locked kind (jwt, gen25519, gencsr, configure) is
+	// answered with the provisioning lock error.
 	LockErrors float64
+	// Share of hosts (0..1) whose RPCs fail transiently: the first FlakyRequests RPCs (discovery
+	// pings excluded) and every RPC within FlakyFor of the host's first RPC fail, as FlakyMode
+	// says; then the host behaves.
+	Flaky         float64
+	FlakyRequests int
+	FlakyFor      time.Duration
+	FlakyMode     string // FlakyDrop (default) or FlakyError
+	// KeyPool > 0 shares that many RSA keys among all hosts' gencsr replies (each CSR is still
+	// made and signed per host, for its own name); 0 makes a fresh 2048-bit key per gencsr as a
+	// real server does (~0.1 s of CPU each).
+	KeyPool int
+	// ScratchDir holds release_update's downloads (default: the system temporary directory).
+	ScratchDir string
+	// NoRestartSplay restarts at once instead of after the server's 2-11 s splay (benchmarks).
+	NoRestartSplay bool
 }
 
 // Host is one simulated server.
 type Host struct {
-	Identity    string
-	mu          sync.Mutex
-	silent      bool
-	lockFail    map[string]bool
+	Identity string
+	mu       sync.Mutex
+	silent   bool
+	lockFail map[string]bool
+	// transient failures
+	flaky      bool
+	flakyLeft  int
+	flakyUntil time.Time
+	// the provisioning agent's state (per process on a real server)
 	lockedBy    string
 	lockedUntil time.Time
 	ecdhPri     []byte
-	ecdhPub     []byte
-	seed        ed25519.PrivateKey
+	version     string // after a release_update
+	restarting  bool   // a restart is scheduled: a real server answers none twice
 	Config      map[string]string // what configure wrote
 	ServerJWT   string
-	Restarted   atomic.Bool // restarted out of provisioning mode: answers nothing more
+	CertCN      string // pki: the common name of the certificate configure wrote
+	KeyReceived bool   // pki: configure sent a private key, decrypted with the ECDH secret
+	Restarted   atomic.Bool // restarted out of provisioning mode (or shut down): answers nothing more
 	Configured  atomic.Bool
 	Configures  atomic.Int32 // configure calls that wrote a configuration
+	Updates     atomic.Int32 // release_update calls that replaced the (scratch) binary
 }
 
 // Fleet is a running simulation.
 type Fleet struct {
-	opts     Options
-	nc       *nats.Conn
-	security inter.SecurityProvider
-	jwt      []byte
-	hosts    map[string]*Host
-	order    []*Host
-	Replies  atomic.Int64
+	opts        Options
+	nc          *nats.Conn
+	security    inter.SecurityProvider // protocol v2 (ed25519 JWT)
+	securityV1  inter.SecurityProvider // protocol v1 (x509)
+	jwt         []byte
+	allowUpdate bool // the provisioning JWT allows release_update
+	hosts       map[string]*Host
+	order       []*Host
+	keys        *keyPool
+	Replies     atomic.Int64
+	changes     atomic.Int64 // bumped on every state change the status file shows
+	written     int64
 }
 
 // Start connects to the broker and serves opts.Count hosts; startup events are published for
 // each (all at once when rate is 0, else rate per second) until ctx ends.
 func Start(ctx context.Context, o Options, rate float64) (*Fleet, error) {
-	jwt, err := os.ReadFile(o.ProvisioningJWT)
+	f, err := newFleet(o)
 	if err != nil {
 		return nil, err
 	}
-	sec, err := cs.New(cs.WithConfig(&cs.Config{TokenFile: o.ProvisioningJWT, DisableTLSVerify: true}), cs.WithLog(logrus.NewEntry(logrus.New())))
-	if err != nil {
-		return nil, fmt.Errorf("security: %w", err)
-	}
-	f := &Fleet{opts: o, security: sec, jwt: jwt, hosts: map[string]*Host{}}
-	if f.opts.Version == "" {
-		f.opts.Version = "0.30.2"
-	}
-	for i := 0; i < o.Count; i++ {
-		h := &Host{Identity: fmt.Sprintf("%ssim-%05d.example", o.Prefix, i), lockFail: map[string]bool{}}
-		// deterministic shares: every k-th host, so a run is repeatable
-		if o.Silent > 0 && math.Mod(float64(i), math.Max(1, math.Round(1/o.Silent))) == 0 {
-			h.silent = true
-		}
-		if o.LockErrors > 0 && math.Mod(float64(i), math.Max(1, math.Round(1/o.LockErrors))) == 0 {
-			for _, a := range []string{"jwt", "gen25519", "configure"} {
-				h.lockFail[a] = true
-			}
-		}
-		f.hosts[h.Identity] = h
-		f.order = append(f.order, h)
-	}
-
-	f.nc, err = nats.Connect(o.BrokerURL, nats.Token(strings.TrimSpace(string(jwt))), nats.Secure(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // provisioning connects unverified, as go-choria does
+	f.nc, err = nats.Connect(o.BrokerURL, nats.Token(strings.TrimSpace(string(f.jwt))), nats.Secure(&tls.Config{InsecureSkipVerify: true}), //nolint:gosec // provisioning connects unverified, as go-choria does
 		nats.Name("fleetsim"), nats.MaxReconnects(-1), nats.CustomInboxPrefix("provisioning.reply.fleetsim"))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", o.BrokerURL, err)
 	}
-	for _, subj := range []string{"provisioning.node.>", "provisioning.broadcast.agent.choria_provision", "provisioning.broadcast.agent.discovery", "provisioning.broadcast.agent.rpcutil"} {
+	for _, subj := range []string{"provisioning.node.>", "provisioning.broadcast.agent.choria_provision", "provisioning.broadcast.agent.discovery", "provisioning.broadcast.agent.rpcutil", "provisioning.broadcast.agent.choria_util"} {
 		if _, err := f.nc.Subscribe(subj, f.handle); err != nil {
 			f.nc.Close()
 			return nil, err
@@ -123,6 +143,61 @@ func Start(ctx context.Context, o Options, rate float64) (*Fleet, error) {
 	go f.announce(ctx, rate)
 	go func() { <-ctx.Done(); f.nc.Close() }()
 	return f, nil
+}
+
+// newFleet makes the hosts and security providers, without a connection.
+func newFleet(o Options) (*Fleet, error) {
+	jwt, err := os.ReadFile(o.ProvisioningJWT)
+	if err != nil {
+		return nil, err
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	sec, err := cs.New(cs.WithConfig(&cs.Config{TokenFile: o.ProvisioningJWT, DisableTLSVerify: true}), cs.WithLog(logrus.NewEntry(log)))
+	if err != nil {
+		return nil, fmt.Errorf("security: %w", err)
+	}
+	secV1, err := filesec.New(filesec.WithConfig(&filesec.Config{Identity: "fleetsim", DisableTLSVerify: true}), filesec.WithLog(logrus.NewEntry(log)))
+	if err != nil {
+		return nil, fmt.Errorf("security (v1): %w", err)
+	}
+	f := &Fleet{opts: o, security: sec, securityV1: secV1, jwt: jwt, hosts: map[string]*Host{}, keys: newKeyPool(o.KeyPool)}
+	if claims, err := tokens.ParseProvisionTokenUnverified(strings.TrimSpace(string(jwt))); err == nil {
+		f.allowUpdate = claims.AllowUpdate
+	}
+	if f.opts.Version == "" {
+		f.opts.Version = "0.30.2"
+	}
+	if f.opts.FlakyMode == "" {
+		f.opts.FlakyMode = FlakyDrop
+	}
+	if f.opts.FlakyMode != FlakyDrop && f.opts.FlakyMode != FlakyError {
+		return nil, fmt.Errorf("flaky mode %q: want %s or %s", f.opts.FlakyMode, FlakyDrop, FlakyError)
+	}
+	if f.opts.Flaky > 0 && f.opts.FlakyRequests <= 0 && f.opts.FlakyFor <= 0 {
+		f.opts.FlakyRequests = 1
+	}
+	for i := 0; i < o.Count; i++ {
+		h := &Host{Identity: fmt.Sprintf("%ssim-%05d.example", o.Prefix, i)}
+		// deterministic shares: every k-th host, so a run is repeatable
+		if every(i, o.Silent) {
+			h.silent = true
+		}
+		if every(i, o.LockErrors) {
+			h.lockFail = map[string]bool{"jwt": true, "gen25519": true, "gencsr": true, "configure": true}
+		}
+		// offset by one so that a flaky host is not also the silent or lock-error one
+		if every(i+1, o.Flaky) {
+			h.flaky, h.flakyLeft = true, f.opts.FlakyRequests
+		}
+		f.hosts[h.Identity] = h
+		f.order = append(f.order, h)
+	}
+	return f, nil
+}
+
+func every(i int, share float64) bool {
+	return share > 0 && math.Mod(float64(i), math.Max(1, math.Round(1/share))) == 0
 }
 
 // Hosts are the simulated servers in identity order.
@@ -143,10 +218,29 @@ func (f *Fleet) announce(ctx context.Context, rate float64) {
 			case <-tick:
 			}
 		}
-		ev, err := lifecycle.New(lifecycle.Startup, lifecycle.Identity(h.Identity), lifecycle.Component("provision_mode_server"), lifecycle.Version(f.opts.Version))
-		if err == nil {
-			_ = lifecycle.PublishEvent(ev, rawConn{f.nc})
-		}
+		f.event(h, lifecycle.Startup, provisionComponent)
+	}
+}
+
+// Lifecycle components a go-choria server names itself with.
+const (
+	provisionComponent = "provision_mode_server"
+	serverComponent    = "server"
+)
+
+// event publishes a lifecycle event of h as its server would (from the provisioning connection;
+// the broker lets provisioning-mode servers publish choria.lifecycle.>).
+func (f *Fleet) event(h *Host, t lifecycle.Type, component string, opts ...lifecycle.Option) {
+	if f.nc == nil {
+		return
+	}
+	h.mu.Lock()
+	version := h.versionLocked(f)
+	h.mu.Unlock()
+	opts = append(opts, lifecycle.Identity(h.Identity), lifecycle.Component(component), lifecycle.Version(version))
+	ev, err := lifecycle.New(t, opts...)
+	if err == nil {
+		_ = lifecycle.PublishEvent(ev, rawConn{f.nc})
 	}
 }
 
@@ -158,16 +252,47 @@ func (r rawConn) RequestRawMsgWithContext(ctx context.Context, msg *nats.Msg) (*
 	return r.nc.RequestMsgWithContext(ctx, msg)
 }
 
-func (f *Fleet) handle(m *nats.Msg) {
-	tm, err := v2.NewTransportFromJSON(m.Data)
-	if err != nil {
-		return
+// wire is the protocol version of one request: v1 (x509 sites) or v2 (Organization Issuer).
+type wire struct {
+	v1  bool
+	sec inter.SecurityProvider
+}
+
+func (f *Fleet) decode(data []byte) (protocol.Request, string, wire, error) {
+	var head struct {
+		Protocol string `json:"protocol"`
 	}
-	sreq, err := v2.NewSecureRequestFromTransport(tm, f.security, true)
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, "", wire{}, err
+	}
+	if head.Protocol == string(protocol.TransportV1) {
+		w := wire{v1: true, sec: f.securityV1}
+		tm, err := v1.NewTransportFromJSON(data)
+		if err != nil {
+			return nil, "", w, err
+		}
+		sreq, err := v1.NewSecureRequestFromTransport(tm, w.sec, true)
+		if err != nil {
+			return nil, "", w, err
+		}
+		req, err := v1.NewRequestFromSecureRequest(sreq)
+		return req, tm.ReplyTo(), w, err
+	}
+	w := wire{sec: f.security}
+	tm, err := v2.NewTransportFromJSON(data)
 	if err != nil {
-		return
+		return nil, "", w, err
+	}
+	sreq, err := v2.NewSecureRequestFromTransport(tm, w.sec, true)
+	if err != nil {
+		return nil, "", w, err
 	}
 	req, err := v2.NewRequestFromSecureRequest(sreq)
+	return req, tm.ReplyTo(), w, err
+}
+
+func (f *Fleet) handle(m *nats.Msg) {
+	req, replyTo, w, err := f.decode(m.Data)
 	if err != nil {
 		return
 	}
@@ -183,11 +308,11 @@ func (f *Fleet) handle(m *nats.Msg) {
 		if h.silent || h.Restarted.Load() {
 			continue
 		}
-		go f.reply(h, req, tm.ReplyTo())
+		go f.reply(h, req, replyTo, w)
 	}
 }
 
-func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string) {
+func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string, w wire) {
 	if f.opts.Latency > 0 {
 		time.Sleep(f.opts.Latency)
 	}
@@ -195,23 +320,7 @@ func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string) {
 	if !ok {
 		return
 	}
-	rep, err := v2.NewReply(req, h.Identity)
-	if err != nil {
-		return
-	}
-	rep.SetMessage(body)
-	srep, err := v2.NewSecureReply(rep, f.security)
-	if err != nil {
-		return
-	}
-	tm, err := v2.NewTransportMessage(h.Identity)
-	if err != nil {
-		return
-	}
-	if err := tm.SetReplyData(srep); err != nil {
-		return
-	}
-	j, err := tm.JSON()
+	j, err := f.encode(h, req, body, w)
 	if err != nil {
 		return
 	}
@@ -220,126 +329,72 @@ func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string) {
 	}
 }
 
-// answer returns the reply body a go-choria server would send; ok false for no reply.
-func (h *Host) answer(f *Fleet, req protocol.Request) ([]byte, bool) {
-	if req.Agent() == "discovery" {
-		// a discovery ping answers with "pong" when the filter's agents are ones we serve
-		filter, ok := req.Filter()
-		if !ok || filter == nil {
-			return []byte("pong"), true
+func (f *Fleet) encode(h *Host, req protocol.Request, body []byte, w wire) ([]byte, error) {
+	var (
+		rep  protocol.Reply
+		srep protocol.SecureReply
+		tm   protocol.TransportMessage
+		err  error
+	)
+	if w.v1 {
+		if rep, err = v1.NewReply(req, h.Identity); err != nil {
+			return nil, err
 		}
-		if agents := filter.AgentFilters(); len(agents) > 0 {
-			for _, a := range agents {
-				if a != "choria_provision" && a != "rpcutil" && a != "discovery" {
-					return nil, false
-				}
-			}
+		rep.SetMessage(body)
+		if srep, err = v1.NewSecureReply(rep, w.sec); err != nil {
+			return nil, err
 		}
-		return []byte("pong"), true
+		tm, err = v1.NewTransportMessage(h.Identity)
+	} else {
+		if rep, err = v2.NewReply(req, h.Identity); err != nil {
+			return nil, err
+		}
+		rep.SetMessage(body)
+		if srep, err = v2.NewSecureReply(rep, w.sec); err != nil {
+			return nil, err
+		}
+		tm, err = v2.NewTransportMessage(h.Identity)
 	}
-	var rpc struct {
-		Agent  string          `json:"agent"`
-		Action string          `json:"action"`
-		Data   json.RawMessage `json:"data"`
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(req.Message(), &rpc); err != nil {
-		return nil, false
+	if err := tm.SetReplyData(srep); err != nil {
+		return nil, err
 	}
-	reply := &mcorpc.Reply{Statuscode: mcorpc.OK, Statusmsg: "OK"}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch req.Agent() + "#" + rpc.Action {
-	case "rpcutil#inventory":
-		reply.Data = map[string]any{
-			"agents": []string{"choria_provision", "choria_util", "discovery", "rpcutil"}, "classes": []string{},
-			"collectives": []string{"provisioning"}, "data_plugins": []string{}, "facts": map[string]any{"simulated": true},
-			"machines": map[string]any{}, "main_collective": "provisioning", "version": f.opts.Version, "upgradable": false,
-		}
-	case "rpcutil#ping":
-		reply.Data = map[string]any{"pong": time.Now().Unix()}
-	case "choria_provision#jwt", "choria_provision#gen25519", "choria_provision#gencsr", "choria_provision#configure", "choria_provision#release_update":
-		if !h.lock(req.SenderID()+"."+req.CallerID(), rpc.Action) {
-			return abort(reply, "Could not obtain provisioning lock")
-		}
-		var args map[string]any
-		_ = json.Unmarshal(rpc.Data, &args)
-		if f.opts.Token != "" && args["token"] != f.opts.Token {
-			return abort(reply, "Incorrect provision token supplied")
-		}
-		switch rpc.Action {
-		case "jwt":
-			pri, pub, err := choria.ECDHKeyPair()
-			if err != nil {
-				return abort(reply, err.Error())
-			}
-			h.ecdhPri, h.ecdhPub = pri, pub
-			reply.Data = map[string]any{"jwt": string(f.jwt), "ecdh_public": hex.EncodeToString(pub)}
-		case "gen25519":
-			pub, pri, err := ed25519.GenerateKey(rand.Reader)
-			if err != nil {
-				return abort(reply, err.Error())
-			}
-			h.seed = pri
-			nonce, _ := args["nonce"].(string)
-			reply.Data = map[string]any{"public_key": hex.EncodeToString(pub), "directory": "/etc/choria/" + h.Identity,
-				"signature": hex.EncodeToString(ed25519.Sign(pri, []byte(nonce)))}
-		case "configure":
-			cfg, _ := args["config"].(string)
-			settings := map[string]string{}
-			if err := json.Unmarshal([]byte(cfg), &settings); err != nil || len(settings) == 0 {
-				return abort(reply, "Did not receive any configuration to write, cannot write a empty configuration file")
-			}
-			h.Config = settings
-			h.ServerJWT, _ = args["server_jwt"].(string)
-			h.Configured.Store(true)
-			h.Configures.Add(1)
-			reply.Data = map[string]any{"message": fmt.Sprintf("Wrote %d lines to /etc/choria/%s/server.conf", len(settings)+1, h.Identity)}
-		default:
-			return abort(reply, fmt.Sprintf("%s is not simulated", rpc.Action))
-		}
-	case "choria_provision#restart":
-		if !h.Configured.Load() {
-			return abort(reply, "Configuration /etc/choria/server.conf enables provisioning, restart cannot continue")
-		}
-		go func() { time.Sleep(2 * time.Second); h.Restarted.Store(true) }()
-		reply.Data = map[string]any{"message": "Restarting Choria Server after 2s"}
-	case "choria_provision#shutdown":
-		h.Restarted.Store(true)
-		reply.Data = map[string]any{"message": "Shutting down Choria Server"}
-	default:
-		reply.Statuscode, reply.Statusmsg = mcorpc.UnknownAction, "Unknown action "+rpc.Action
-	}
-	b, err := json.Marshal(reply)
-	return b, err == nil
+	return tm.JSON()
 }
 
-func abort(reply *mcorpc.Reply, msg string) ([]byte, bool) {
-	reply.Statuscode, reply.Statusmsg, reply.Data = mcorpc.Aborted, msg, nil
-	b, err := json.Marshal(reply)
-	return b, err == nil
-}
-
-// lock is the agent's provisioning lock: one caller for two minutes; a lock-error host refuses
-// the first call of each locked action once.
-func (h *Host) lock(caller, action string) bool {
-	if h.lockFail[action] {
-		delete(h.lockFail, action)
+// transientFailure says whether this RPC of a flaky host fails; called with h.mu held.
+func (h *Host) transientFailureLocked(f *Fleet) bool {
+	if !h.flaky {
 		return false
 	}
-	if h.lockedBy != "" && h.lockedBy != caller && time.Now().Before(h.lockedUntil) {
-		return false
+	now := time.Now()
+	if f.opts.FlakyFor > 0 && h.flakyUntil.IsZero() {
+		h.flakyUntil = now.Add(f.opts.FlakyFor)
 	}
-	h.lockedBy, h.lockedUntil = caller, time.Now().Add(2*time.Minute)
-	return true
+	fail := false
+	if h.flakyLeft > 0 {
+		h.flakyLeft--
+		fail = true
+	}
+	if now.Before(h.flakyUntil) {
+		fail = true
+	}
+	return fail
 }
 
 // HostState is what the status file says of a host.
 type HostState struct {
-	Configured bool   `json:"configured"`
-	Configures int32  `json:"configures"`
-	Restarted  bool   `json:"restarted"`
-	ServerJWT  bool   `json:"server_jwt"`
-	Provision  string `json:"provision"` // the written plugin.choria.server.provision
+	Configured  bool   `json:"configured"`
+	Configures  int32  `json:"configures"`
+	Restarted   bool   `json:"restarted"`
+	ServerJWT   bool   `json:"server_jwt"`
+	Provision   string `json:"provision"` // the written plugin.choria.server.provision
+	CertCN      string `json:"cert_cn,omitempty"`
+	KeyReceived bool   `json:"key_received,omitempty"`
+	Version     string `json:"version,omitempty"` // after a release_update
+	Updates     int32  `json:"updates,omitempty"`
 }
 
 // Status is the simulator's status file.
@@ -348,21 +403,41 @@ type Status struct {
 	Replies int64                `json:"replies"`
 }
 
+func (f *Fleet) changed() { f.changes.Add(1) }
+
 // WriteStatus writes the fleet's state to file (atomically), for the process that drives it.
 func (f *Fleet) WriteStatus(file string) error {
 	st := Status{Hosts: map[string]HostState{}, Replies: f.Replies.Load()}
 	for _, h := range f.order {
 		h.mu.Lock()
-		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Restarted: h.Restarted.Load(), ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"]}
+		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Restarted: h.Restarted.Load(),
+			ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"], CertCN: h.CertCN, KeyReceived: h.KeyReceived,
+			Version: h.version, Updates: h.Updates.Load()}
 		h.mu.Unlock()
 	}
-	b, err := json.Marshal(st)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(st); err != nil {
 		return err
 	}
 	tmp := file + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, file)
+}
+
+// WriteStatusIfChanged writes the status file when a host changed since the last write (or the
+// file is new): an idle fleet of thousands costs nothing.
+func (f *Fleet) WriteStatusIfChanged(file string) error {
+	c := f.changes.Load()
+	if c == f.written && c != 0 {
+		if _, err := os.Stat(file); err == nil {
+			return nil
+		}
+	}
+	if err := f.WriteStatus(file); err != nil {
+		return err
+	}
+	f.written = c
+	return nil
 }

@@ -2,9 +2,14 @@ package fleetsim
 
 import (
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	v2 "github.com/choria-io/go-choria/protocol/v2"
 	"github.com/choria-io/go-choria/providers/agent/mcorpc"
@@ -34,8 +39,8 @@ func reply(t *testing.T, f *Fleet, h *Host, caller, agent, action string, data m
 // gen25519 signs the nonce with the key it returns, configure needs a configuration, restart needs
 // one written, and a restarted host leaves provisioning mode.
 func TestSimulatedAgent(t *testing.T) {
-	f := &Fleet{opts: Options{Token: "s3cret", Version: "0.30.2"}, jwt: []byte("the.provisioning.jwt")}
-	h := &Host{Identity: "n1", lockFail: map[string]bool{}}
+	f := &Fleet{opts: Options{Token: "s3cret", Version: "0.30.2"}, jwt: []byte("the.provisioning.jwt"), keys: newKeyPool(0)}
+	h := &Host{Identity: "n1"}
 
 	r := reply(t, f, h, "choria=prov", "choria_provision", "jwt", map[string]any{"token": "wrong"})
 	require.Equal(t, mcorpc.Aborted, r.Statuscode)
@@ -71,8 +76,113 @@ func TestSimulatedAgent(t *testing.T) {
 }
 
 func TestLockErrorKnobFailsTheFirstCallOnly(t *testing.T) {
-	f := &Fleet{opts: Options{}, jwt: []byte("j")}
+	f := &Fleet{opts: Options{}, jwt: []byte("j"), keys: newKeyPool(0)}
 	h := &Host{Identity: "n1", lockFail: map[string]bool{"jwt": true}}
 	require.Equal(t, "Could not obtain provisioning lock", reply(t, f, h, "c", "choria_provision", "jwt", nil).Statusmsg)
 	require.Equal(t, mcorpc.OK, reply(t, f, h, "c", "choria_provision", "jwt", nil).Statuscode)
+}
+
+// gencsr makes a real CSR per host, signed by the key whose public half it returns, with the
+// identity as common name unless one is asked for, and the requested subject fields.
+func TestGencsr(t *testing.T) {
+	f := &Fleet{opts: Options{Token: "s3cret"}, jwt: []byte("j"), keys: newKeyPool(0)}
+	h := &Host{Identity: "n1.example"}
+	r := reply(t, f, h, "c", "choria_provision", "gencsr", map[string]any{"token": "wrong"})
+	require.Equal(t, "Incorrect provision token supplied", r.Statusmsg)
+	r = reply(t, f, h, "c", "choria_provision", "gencsr", map[string]any{"token": "s3cret", "O": "Choria", "OU": "ops", "C": "MT", "L": "Valletta"})
+	require.Equal(t, mcorpc.OK, r.Statuscode, r.Statusmsg)
+	data := r.Data.(map[string]any)
+	require.Equal(t, "/etc/choria/ssl", data["ssldir"])
+	block, _ := pem.Decode([]byte(data["csr"].(string)))
+	require.NotNil(t, block)
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	require.NoError(t, err)
+	require.NoError(t, csr.CheckSignature())
+	require.Equal(t, "n1.example", csr.Subject.CommonName)
+	require.Equal(t, []string{"Choria"}, csr.Subject.Organization)
+	require.Equal(t, []string{"ops"}, csr.Subject.OrganizationalUnit)
+	require.Equal(t, []string{"MT"}, csr.Subject.Country)
+	require.Equal(t, []string{"Valletta"}, csr.Subject.Locality)
+	pb, _ := pem.Decode([]byte(data["public_key"].(string)))
+	pub, err := x509.ParsePKCS1PublicKey(pb.Bytes)
+	require.NoError(t, err)
+	require.True(t, pub.Equal(csr.PublicKey))
+
+	r = reply(t, f, h, "c", "choria_provision", "gencsr", map[string]any{"token": "s3cret", "cn": "other.example"})
+	block, _ = pem.Decode([]byte(r.Data.(map[string]any)["csr"].(string)))
+	csr, err = x509.ParseCertificateRequest(block.Bytes)
+	require.NoError(t, err)
+	require.Equal(t, "other.example", csr.Subject.CommonName)
+}
+
+// release_update is refused when the provisioning JWT does not allow it, and a bad repository
+// fails with go-updater's error inside go-choria's message; the host stays in provisioning mode.
+func TestReleaseUpdateErrors(t *testing.T) {
+	f := &Fleet{opts: Options{Token: "s3cret", ScratchDir: t.TempDir()}, jwt: []byte("j"), keys: newKeyPool(0)}
+	h := &Host{Identity: "n1"}
+	r := reply(t, f, h, "c", "choria_provision", "release_update", map[string]any{"token": "s3cret", "repository": "http://127.0.0.1:1/repo", "version": "0.99.0"})
+	require.Equal(t, "Version updates is not enabled in the configuration", r.Statusmsg)
+	f.allowUpdate = true
+	r = reply(t, f, h, "c", "choria_provision", "release_update", map[string]any{"token": "s3cret", "repository": "http://127.0.0.1:1/repo", "version": "0.99.0"})
+	require.Equal(t, mcorpc.Aborted, r.Statuscode)
+	require.Contains(t, r.Statusmsg, "Update to version 0.99.0 failed, release rolled back: release 0.99.0 not found")
+	require.Equal(t, map[string]any{}, r.Data, "an aborted reply carries empty data, as mcorpc's")
+	require.Equal(t, mcorpc.OK, reply(t, f, h, "c", "rpcutil", "ping", nil).Statuscode)
+	r = reply(t, f, h, "c", "choria_provision", "reprovision", map[string]any{"token": "s3cret"})
+	require.Equal(t, "Server is already in provisioning mode, cannot enable provisioning mode again", r.Statusmsg)
+}
+
+func TestAgentInventoryAndUnknownAction(t *testing.T) {
+	f := &Fleet{opts: Options{Version: "0.30.2"}, jwt: []byte("j"), keys: newKeyPool(0)}
+	h := &Host{Identity: "n1"}
+	r := reply(t, f, h, "c", "rpcutil", "agent_inventory", nil)
+	agents := r.Data.(map[string]any)["agents"].([]any)
+	require.Len(t, agents, len(simAgents))
+	require.Equal(t, "choria_provision", agents[0].(map[string]any)["agent"])
+	require.Equal(t, "0.30.2", agents[0].(map[string]any)["version"])
+	r = reply(t, f, h, "c", "choria_provision", "nope", nil)
+	require.Equal(t, mcorpc.UnknownAction, r.Statuscode)
+	require.Equal(t, "Unknown action nope for agent choria_provision", r.Statusmsg)
+}
+
+// A flaky host fails its first K RPCs (dropped or answered with an error), then behaves.
+func TestFlakyHosts(t *testing.T) {
+	f, err := newFleetForTest(Options{Count: 20, Flaky: 0.1, FlakyRequests: 2, FlakyMode: FlakyError})
+	require.NoError(t, err)
+	var flaky []*Host
+	for _, h := range f.order {
+		if h.flaky {
+			flaky = append(flaky, h)
+		}
+	}
+	require.Len(t, flaky, 2)
+	h := flaky[0]
+	for i := 0; i < 2; i++ {
+		r := reply(t, f, h, "c", "rpcutil", "ping", nil)
+		require.Equal(t, FlakyMessage, r.Statusmsg)
+	}
+	require.Equal(t, mcorpc.OK, reply(t, f, h, "c", "rpcutil", "ping", nil).Statuscode)
+
+	f, err = newFleetForTest(Options{Count: 10, Flaky: 0.1, FlakyFor: 200 * time.Millisecond})
+	require.NoError(t, err)
+	h = f.order[9]
+	require.True(t, h.flaky)
+	_, ok := h.answer(f, request(t, "c", "rpcutil", "ping", nil))
+	require.False(t, ok, "dropped while flaky")
+	time.Sleep(250 * time.Millisecond)
+	_, ok = h.answer(f, request(t, "c", "rpcutil", "ping", nil))
+	require.True(t, ok, "answers once the flaky period is over")
+}
+
+func newFleetForTest(o Options) (*Fleet, error) {
+	dir, err := os.MkdirTemp("", "fleetsim-test-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	o.ProvisioningJWT = filepath.Join(dir, "provisioning.jwt")
+	if err := os.WriteFile(o.ProvisioningJWT, []byte("not.a.jwt"), 0o600); err != nil {
+		return nil, err
+	}
+	return newFleet(o)
 }
