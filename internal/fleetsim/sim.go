@@ -91,12 +91,12 @@ type Host struct {
 	lockedBy    string
 	lockedUntil time.Time
 	ecdhPri     []byte
-	version     string // after a release_update
-	restarting  bool   // a restart is scheduled: a real server answers none twice
+	version     string            // after a release_update
+	restarting  bool              // a restart is scheduled: a real server answers none twice
 	Config      map[string]string // what configure wrote
 	ServerJWT   string
-	CertCN      string // pki: the common name of the certificate configure wrote
-	KeyReceived bool   // pki: configure sent a private key, decrypted with the ECDH secret
+	CertCN      string      // pki: the common name of the certificate configure wrote
+	KeyReceived bool        // pki: configure sent a private key, decrypted with the ECDH secret
 	Restarted   atomic.Bool // restarted out of provisioning mode (or shut down): answers nothing more
 	Configured  atomic.Bool
 	Configures  atomic.Int32 // configure calls that wrote a configuration
