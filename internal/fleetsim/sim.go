@@ -116,7 +116,8 @@ type Fleet struct {
 	keys        *keyPool
 	Replies     atomic.Int64
 	changes     atomic.Int64 // bumped on every state change the status file shows
-	written     int64
+	written     int64        // changes at the last status write
+	wroteOnce   bool
 }
 
 // Start connects to the broker and serves opts.Count hosts; startup events are published for
@@ -430,14 +431,12 @@ func (f *Fleet) WriteStatus(file string) error {
 // file is new): an idle fleet of thousands costs nothing.
 func (f *Fleet) WriteStatusIfChanged(file string) error {
 	c := f.changes.Load()
-	if c == f.written && c != 0 {
-		if _, err := os.Stat(file); err == nil {
-			return nil
-		}
+	if f.wroteOnce && c == f.written {
+		return nil
 	}
 	if err := f.WriteStatus(file); err != nil {
 		return err
 	}
-	f.written = c
+	f.written, f.wroteOnce = c, true
 	return nil
 }
