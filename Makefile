@@ -1,8 +1,12 @@
-# The Temporal CLI (dev server + Web UI) lives in its own module, tools/go.mod: it cannot share
-# the main module's dependency graph (docs/architecture.md).
+# The Temporal CLI (dev server + Web UI), the Temporal server and its SQL schema tool live in their
+# own module, tools/go.mod: they cannot share the main module's dependency graph
+# (docs/architecture.md). The server and the sql tool are for the production-shape test
+# (Temporal on PostgreSQL, docs/deployment.md).
 BIN        := .bin
 PROVISIONER := $(BIN)/choria-provisioner
 TEMPORAL   := $(BIN)/temporal
+TEMPORAL_SERVER := $(BIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
@@ -14,7 +18,15 @@ $(TEMPORAL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
 	go -C tools build -o ../$(TEMPORAL) github.com/temporalio/cli/cmd/temporal
 
-tools: $(TEMPORAL)
+$(TEMPORAL_SERVER): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	go -C tools build -o ../$(TEMPORAL_SERVER) go.temporal.io/server/cmd/server
+
+$(TEMPORAL_SQL_TOOL): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	go -C tools build -o ../$(TEMPORAL_SQL_TOOL) go.temporal.io/server/cmd/tools/sql
+
+tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 
 build: tools
 	go build -o $(PROVISIONER) ./cmd/choria-provisioner
