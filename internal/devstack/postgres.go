@@ -1,0 +1,525 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// PostgresBinDirEnv names a directory holding initdb, postgres and pg_isready, overriding the search.
+const PostgresBinDirEnv = "PROVISIONER_PG_BINDIR"
+
+// FindPostgres returns the directory of the PostgreSQL server binaries: $PROVISIONER_PG_BINDIR,
+// else the newest /usr/lib/postgresql/<major>/bin (Debian's packages keep them off PATH), else
+// the directory of initdb on PATH.
+func FindPostgres() (string, error) {
+	has := func(dir string) bool {
+		for _, b := range []string{"initdb", "postgres", "pg_isready"} {
+			if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() {
+				return false
+			}
+		}
+		return true
+	}
+	if dir := os.Getenv(PostgresBinDirEnv); dir != "" {
+		if !has(dir) {
+			return "", fmt.Errorf("%s=%s holds no initdb, postgres and pg_isready", PostgresBinDirEnv, dir)
+		}
+		return dir, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return majorOf(dirs[i]) > majorOf(dirs[j]) })
+	for _, d := range dirs {
+		if has(d) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil && has(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("PostgreSQL server binaries not found (looked in $" + PostgresBinDirEnv + ", /usr/lib/postgresql/*/bin and PATH): apt-get install postgresql (make deps)")
+}
+
+func majorOf(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// Postgres is a throwaway PostgreSQL cluster on 127.0.0.1, in a directory of its own that Stop
+// removes. As root it runs as the postgres system user (initdb and postgres refuse root).
+type Postgres struct {
+	BinDir   string
+	Dir      string // the cluster's own temporary directory: data/, postgres.log
+	Port     int
+	User     string // superuser made by initdb, password authenticated over TCP
+	Password string
+	cmd      *exec.Cmd
+	done     chan error
+	log      *os.File
+}
+
+// StartPostgres makes a new cluster with initdb and starts it on a free loopback port.
+func StartPostgres(ctx context.Context, binDir string) (*Postgres, error) {
+	cred, err := postgresCredential()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "provisioner-pg-")
+	if err != nil {
+		return nil, err
+	}
+	pw := make([]byte, 16)
+	_, _ = rand.Read(pw)
+	p := &Postgres{BinDir: binDir, Dir: dir, User: "temporal", Password: hex.EncodeToString(pw)}
+	fail := func(err error) (*Postgres, error) {
+		p.Stop()
+		return nil, err
+	}
+	pwFile := filepath.Join(dir, "pwfile")
+	if err := os.WriteFile(pwFile, []byte(p.Password+"\n"), 0o600); err != nil {
+		return fail(err)
+	}
+	if cred != nil {
+		if err := chownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return fail(err)
+		}
+	}
+	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), "-D", filepath.Join(dir, "data"), "-U", p.User,
+		"--pwfile", pwFile, "--auth", "scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("initdb: %w: %s", err, out))
+	}
+	_ = os.Remove(pwFile)
+
+	if p.Port, err = FreePort(); err != nil {
+		return fail(err)
+	}
+	if p.log, err = os.Create(filepath.Join(dir, "postgres.log")); err != nil {
+		return fail(err)
+	}
+	// loopback TCP only (no Unix socket); enough connections for every Temporal service's pools
+	p.cmd = exec.Command(filepath.Join(binDir, "postgres"), "-D", filepath.Join(dir, "data"),
+		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(p.Port), "-c", "unix_socket_directories=",
+		"-c", "max_connections=300")
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
+	if err := p.cmd.Start(); err != nil {
+		return fail(fmt.Errorf("starting postgres: %w", err))
+	}
+	p.done = make(chan error, 1)
+	go func() { p.done <- p.cmd.Wait() }()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ready := exec.CommandContext(ctx, filepath.Join(binDir, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port))
+		if ready.Run() == nil {
+			return p, nil
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fail(fmt.Errorf("postgres exited (%v): %s", err, p.tail()))
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("postgres did not accept connections in 60s: %s", p.tail()))
+		}
+	}
+}
+
+// Addr is the cluster's host:port.
+func (p *Postgres) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)) }
+
+func (p *Postgres) tail() string {
+	b, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// Stop shuts the cluster down (fast shutdown, then SIGKILL after 20 s) and removes its directory.
+func (p *Postgres) Stop() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		p.cmd = nil
+	}
+	if p.log != nil {
+		p.log.Close()
+	}
+	if p.Dir != "" {
+		_ = os.RemoveAll(p.Dir)
+	}
+}
+
+// postgresCredential is nil when not root, else the postgres system user's IDs.
+func postgresCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, PostgreSQL needs the postgres system user (made by the Debian package): %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+func chownTree(dir string, uid, gid int) error {
+	return filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
+
+// SQLTemporalOptions start a Temporal server (not the dev server) persisting to PostgreSQL.
+type SQLTemporalOptions struct {
+	Dir           string // config and server log
+	ServerBin     string // .bin/temporal-server
+	SQLToolBin    string // .bin/temporal-sql-tool
+	PostgresBin   string // FindPostgres
+	Namespace     string // registered, with the provisioner's search attributes; default "default"
+	Retention     time.Duration
+	HistoryShards int // default 4
+	Output        io.Writer
+}
+
+// SQLTemporal is a Temporal server on a throwaway PostgreSQL cluster: frontend, history,
+// matching and worker services in one process, each on its own loopback port.
+type SQLTemporal struct {
+	Opts     SQLTemporalOptions
+	Postgres *Postgres
+	Address  string // frontend host:port
+	cmd      *exec.Cmd
+	done     chan error
+	log      *os.File
+}
+
+// FindTool looks for a binary built into .bin/ (see FindTemporalBinary) by name.
+func FindTool(name string) (string, error) {
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), name))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; ; dir = filepath.Dir(dir) {
+			candidates = append(candidates, filepath.Join(dir, ".bin", name))
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("%s was not found (looked beside this binary and in .bin/): run `make tools`", name)
+}
+
+// StartSQLTemporal starts PostgreSQL, creates and migrates the temporal and temporal_visibility
+// databases with the sql tool, starts the server, registers the namespace and the provisioner's
+// search attributes (through the operator service, as on any SQL visibility store) and waits
+// until a visibility query on them answers.
+func StartSQLTemporal(ctx context.Context, o SQLTemporalOptions) (*SQLTemporal, error) {
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.HistoryShards == 0 {
+		o.HistoryShards = 4
+	}
+	if o.Output == nil {
+		o.Output = io.Discard
+	}
+	if err := os.MkdirAll(filepath.Join(o.Dir, "config"), 0o700); err != nil {
+		return nil, err
+	}
+	pg, err := StartPostgres(ctx, o.PostgresBin)
+	if err != nil {
+		return nil, err
+	}
+	s := &SQLTemporal{Opts: o, Postgres: pg}
+	fail := func(err error) (*SQLTemporal, error) {
+		s.Stop()
+		return nil, err
+	}
+	for _, db := range []struct{ name, schema string }{{"temporal", "postgresql/v12/temporal"}, {"temporal_visibility", "postgresql/v12/visibility"}} {
+		for _, args := range [][]string{{"create-database"}, {"setup-schema", "-v", "0.0"}, {"update-schema", "--schema-name", db.schema}} {
+			cmd := exec.CommandContext(ctx, o.SQLToolBin, append([]string{"--plugin", "postgres12", "--ep", "127.0.0.1", "-p", strconv.Itoa(pg.Port),
+				"-u", pg.User, "--db", db.name}, args...)...)
+			cmd.Env = append(os.Environ(), "SQL_PASSWORD="+pg.Password)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fail(fmt.Errorf("temporal-sql-tool %s on %s: %w: %s", args[0], db.name, err, out))
+			}
+		}
+	}
+
+	cfg, frontend, err := sqlTemporalConfig(pg, o.HistoryShards)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "config", "temporal.yaml"), []byte(cfg), 0o600); err != nil {
+		return fail(err)
+	}
+	s.Address = frontend
+	if err := s.start(ctx); err != nil {
+		return fail(err)
+	}
+	if err := s.setupNamespace(ctx); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+func (s *SQLTemporal) start(ctx context.Context) error {
+	var err error
+	if s.log, err = os.Create(filepath.Join(s.Opts.Dir, "temporal-server.log")); err != nil {
+		return err
+	}
+	out := io.MultiWriter(s.log, s.Opts.Output)
+	s.cmd = exec.Command(s.Opts.ServerBin, "--root", s.Opts.Dir, "--config", "config", "--env", "temporal", "--allow-no-auth", "start")
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("starting temporal-server: %w", err)
+	}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.cmd.Wait() }()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Address, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return fmt.Errorf("temporal-server exited (%v): see %s", err, s.log.Name())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("temporal-server frontend %s did not listen in 90s: see %s", s.Address, s.log.Name())
+		}
+	}
+}
+
+// Stop stops the server (SIGTERM, SIGKILL after 15 s), then PostgreSQL.
+func (s *SQLTemporal) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(15 * time.Second):
+			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+		}
+		s.cmd = nil
+	}
+	if s.log != nil {
+		s.log.Close()
+	}
+	if s.Postgres != nil {
+		s.Postgres.Stop()
+	}
+}
+
+// freeSmallPort is a free loopback port below 32768: the SQL stores keep membership ports in a
+// smallint column, and the kernel's ephemeral ports (FreePort) start at 32768.
+func freeSmallPort() (int, error) {
+	for range 200 {
+		n, err := rand.Int(rand.Reader, big.NewInt(32767-20000))
+		if err != nil {
+			return 0, err
+		}
+		p := 20000 + int(n.Int64())
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err == nil {
+			l.Close()
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free loopback port in 20000-32767")
+}
+
+// sqlTemporalConfig is the server's static configuration: PostgreSQL for both stores, every
+// service bound to 127.0.0.1 on free ports, no metrics or pprof listener, archival off.
+func sqlTemporalConfig(pg *Postgres, shards int) (string, string, error) {
+	ports := make([]int, 9)
+	for i := range ports {
+		p, err := freeSmallPort()
+		if err != nil {
+			return "", "", err
+		}
+		ports[i] = p
+	}
+	frontend := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	store := func(db string, conns int) string {
+		return fmt.Sprintf(`      sql:
+        pluginName: postgres12
+        databaseName: %s
+        connectAddr: %q
+        connectProtocol: tcp
+        user: %s
+        password: %q
+        maxConns: %d
+        maxIdleConns: %d
+        maxConnLifetime: 1h
+`, db, pg.Addr(), pg.User, pg.Password, conns, conns)
+	}
+	return fmt.Sprintf(`# written by internal/devstack (StartSQLTemporal): loopback only
+log:
+  stdout: true
+  level: warn
+persistence:
+  defaultStore: postgres-default
+  visibilityStore: postgres-visibility
+  numHistoryShards: %d
+  datastores:
+    postgres-default:
+%s    postgres-visibility:
+%sglobal:
+  membership:
+    maxJoinDuration: 30s
+    broadcastAddress: 127.0.0.1
+services:
+  frontend:
+    rpc: {grpcPort: %d, membershipPort: %d, httpPort: %d, bindOnLocalHost: true}
+  history:
+    rpc: {grpcPort: %d, membershipPort: %d, bindOnLocalHost: true}
+  matching:
+    rpc: {grpcPort: %d, membershipPort: %d, bindOnLocalHost: true}
+  worker:
+    rpc: {grpcPort: %d, membershipPort: %d, bindOnLocalHost: true}
+clusterMetadata:
+  enableGlobalNamespace: false
+  failoverVersionIncrement: 10
+  masterClusterName: active
+  currentClusterName: active
+  clusterInformation:
+    active:
+      enabled: true
+      initialFailoverVersion: 1
+      rpcName: frontend
+      rpcAddress: %q
+dcRedirectionPolicy:
+  policy: noop
+`, shards, store("temporal", 20), store("temporal_visibility", 10),
+		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6], ports[7], ports[8], frontend), frontend, nil
+}
+
+// setupNamespace registers the namespace (a real server has only temporal-system), then the
+// provisioner's search attributes through service.Setup, retrying while the services' namespace
+// caches catch up, and checks a visibility query on them answers.
+func (s *SQLTemporal) setupNamespace(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var c client.Client
+	var err error
+	retry := func(what string, f func() error) error {
+		for {
+			if err = f(); err == nil {
+				return nil
+			}
+			select {
+			case exit := <-s.done:
+				s.done <- exit
+				return fmt.Errorf("temporal-server exited (%v) while %s: see %s", exit, what, s.log.Name())
+			case <-ctx.Done():
+				return fmt.Errorf("%s on %s: %w", what, s.Address, err)
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
+	if err := retry("connecting to temporal-server", func() error {
+		c, err = client.Dial(client.Options{HostPort: s.Address, Namespace: s.Opts.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+		return err
+	}); err != nil {
+		return err
+	}
+	defer c.Close()
+	retention := s.Opts.Retention
+	if retention == 0 {
+		retention = 72 * time.Hour
+	}
+	if err := retry("registering namespace "+s.Opts.Namespace, func() error {
+		_, err := c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+			Namespace: s.Opts.Namespace, WorkflowExecutionRetentionPeriod: durationpb.New(retention)})
+		var exists *serviceerror.NamespaceAlreadyExists
+		if errors.As(err, &exists) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := retry("registering search attributes", func() error {
+		return service.Setup(ctx, c, s.Opts.Namespace, 0)
+	}); err != nil {
+		return err
+	}
+	var conds []string
+	for _, n := range workflows.SearchAttributeNames() {
+		conds = append(conds, n+" = 'x'")
+	}
+	return retry("a visibility query on the search attributes", func() error {
+		_, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: s.Opts.Namespace, Query: strings.Join(conds, " AND ")})
+		return err
+	})
+}
+
+// PID is the postmaster's process ID (its backends share its process group).
+func (p *Postgres) PID() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// PID is the temporal-server process ID.
+func (s *SQLTemporal) PID() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
