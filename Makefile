@@ -50,12 +50,13 @@ test-unit:
 test-integration: tools
 	$(GO_TEST) $(TEST_FLAGS) -run Integration ./...
 
-## test-faults-scale: kill -9 with 500 simulated hosts in flight (minutes; results in docs/reliability.md)
-test-faults-scale: tools
-	FAULTS_SCALE=1 $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultScale' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT'
+## test-faults-scale: kill -9 with 500 simulated hosts in flight, two replicas on 1,000, and the
+## production shape (Temporal on PostgreSQL) on 1,000 (minutes; results in docs/reliability.md)
+test-faults-scale: deps tools
+	FAULTS_SCALE=1 $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultScale|IntegrationFaultPostgres' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT'
 
 ## test-faults: the fault scenarios alone (they also run in make test); results: docs/reliability.md
-test-faults: tools
+test-faults: deps tools
 	$(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFault' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT' 
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)

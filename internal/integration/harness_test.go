@@ -40,6 +40,7 @@ type envOptions struct {
 	ownTemporalWithUI bool   // a Temporal of the test's own, with the Web UI
 	ownTemporal       bool   // a Temporal of the test's own
 	persist           bool   // ... on a SQLite file, so it survives a restart
+	temporalAddress   string // a Temporal the test started itself (postgres_test.go)
 	mode              string // devstack.ModeIssuer (default) or ModePKI
 	extraConfig       string // YAML appended to the provisioner's configuration
 	servers           int
@@ -64,6 +65,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		bin, err := devstack.FindTemporalBinary()
 		require.NoError(t, err)
 		opts.TemporalAddress, opts.TemporalBin, opts.UI, opts.Persist = "", bin, o.ownTemporalWithUI, o.persist
+	}
+	if o.temporalAddress != "" {
+		opts.TemporalAddress = o.temporalAddress
 	}
 	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)
