@@ -44,8 +44,8 @@ var simAgents = []struct {
 	meta agents.Metadata
 }{
 	{"choria_provision", agents.Metadata{License: "Apache-2.0", Author: "R.I.Pienaar <rip@devco.net>", Timeout: 20, Name: "choria_provision", URL: "https://choria.io", Description: "Choria Provisioner"}},
-	{"choria_util", agents.Metadata{License: "Apache-2.0", Author: "R.I.Pienaar <rip@devco.net>", Timeout: 2, Name: "choria_util", URL: "https://choria.io", Description: "Choria Utilities"}},
-	{"discovery", agents.Metadata{License: "Apache-2.0", Author: "R.I.Pienaar <rip@devco.net>", Timeout: 2, Name: "discovery", URL: "https://choria.io", Description: "Discovery Agent"}},
+	{"choria_util", agents.Metadata{License: "Apache-2.0", Author: "R.I.Pienaar <rip@devco.net>", Timeout: 10, Name: "choria_util", URL: "https://choria.io", Description: "Choria Utilities"}},
+	{"discovery", agents.Metadata{License: "Apache-2.0", Author: "R.I.Pienaar <rip@devco.net>", Timeout: 2, Name: "discovery", URL: "http://choria.io", Description: "Discovery Agent"}},
 	{"rpcutil", agents.Metadata{License: "Apache-2.0", Author: "R.I.Pienaar <rip@devco.net>", Timeout: 2, Name: "rpcutil", URL: "http://choria.io", Description: "Choria RPC Utilities"}},
 }
 
@@ -142,7 +142,7 @@ func (h *Host) rpcutil(f *Fleet, rpc *mcorpc.Request, reply *mcorpc.Reply) {
 			names[i] = a.name
 		}
 		reply.Data = &rpcutil.InventoryReply{
-			Agents: names, Classes: []string{}, Collectives: []string{"provisioning"}, DataPlugins: []string{"choria", "scout"},
+			Agents: names, Classes: []string{}, Collectives: []string{"provisioning"}, DataPlugins: []string{},
 			Facts: json.RawMessage(`{}`), Machines: []rpcutil.MachineState{}, MainCollective: "provisioning",
 			Version: h.versionLocked(f), Upgradable: f.allowUpdate,
 		}

@@ -241,6 +241,7 @@ func (f *Fleet) event(h *Host, t lifecycle.Type, component string, opts ...lifec
 	opts = append(opts, lifecycle.Identity(h.Identity), lifecycle.Component(component), lifecycle.Version(version))
 	ev, err := lifecycle.New(t, opts...)
 	if err == nil {
+		ev.SetFormat(lifecycle.CloudEventV1Format) // go-choria servers' default format
 		_ = lifecycle.PublishEvent(ev, rawConn{f.nc})
 	}
 }
