@@ -32,11 +32,51 @@ type Activities struct {
 	signer  *ServerJWTSigner
 	metrics *metrics.Metrics
 	log     *zap.Logger
+	runs    RunHistory
+}
+
+// RunHistory answers, from Temporal, whether a host's workflow had a run that completed after a
+// given time. A discovery sweep's reply sent just before a host restarted can reach Temporal after
+// that host's run has closed and start a new run against a server that has left the provisioning
+// collective; that run's first RPC gets no reply. Telling it apart from a vanished host needs
+// the earlier run's close time, which only Temporal has.
+type RunHistory interface {
+	CompletedAfter(ctx context.Context, workflowID, excludeRunID string, after time.Time) (closed time.Time, found bool, err error)
+}
+
+// Option adds an optional dependency to Activities.
+type Option func(*Activities)
+
+// WithRunHistory lets the first RPC of a run recognise a stale sighting.
+func WithRunHistory(r RunHistory) Option {
+	return func(a *Activities) { a.runs = r }
+}
+
+// stale turns a first RPC's "no reply" into a non-retryable NotInProvisioningMode error when
+// the host's previous run completed after the sighting that started this run: the host was
+// provisioned and left the provisioning collective, so it will never answer here.
+func (a *Activities) stale(ctx context.Context, in HostInput, err error) error {
+	var app *temporal.ApplicationError
+	if a.runs == nil || in.SeenAt.IsZero() || !errors.As(err, &app) || app.Type() != ErrTypeRPC {
+		return err
+	}
+	info := activity.GetInfo(ctx)
+	closed, found, qerr := a.runs.CompletedAfter(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID, in.SeenAt)
+	if qerr != nil {
+		a.logger(ctx, in.Identity, "stale-check").Warn("could not read earlier runs", zap.Error(qerr))
+		return err
+	}
+	if !found {
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"%s; an earlier run completed at %s, after the sighting at %s: the host is no longer in provisioning mode",
+		app.Message(), closed.UTC().Format(time.RFC3339), in.SeenAt.UTC().Format(time.RFC3339)), ErrTypeNotProvisioning, err)
 }
 
 // New builds the activities over an established Choria client framework.
-func New(fw inter.Framework, cfg *config.Config, m *metrics.Metrics, log *zap.Logger) *Activities {
-	return &Activities{
+func New(fw inter.Framework, cfg *config.Config, m *metrics.Metrics, log *zap.Logger, opts ...Option) *Activities {
+	a := &Activities{
 		fw:      fw,
 		cfg:     cfg,
 		helper:  &HelperRunner{Command: cfg.HelperCommand, Timeout: cfg.HelperTimeoutDuration},
@@ -44,6 +84,10 @@ func New(fw inter.Framework, cfg *config.Config, m *metrics.Metrics, log *zap.Lo
 		metrics: m,
 		log:     log,
 	}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
 }
 
 // replyDetails is what the generated clients' ResultDetails have in common.
@@ -172,11 +216,11 @@ func rpc[O resulter[D], D replyDetails](ctx context.Context, a *Activities, iden
 }
 
 // callProvision calls a choria_provision action on one host with the RPC timeout.
-func callProvision[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, req func(*cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
+func callProvision[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, req func(context.Context, *cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
 	return callWithin(ctx, a, identity, action, a.cfg.RPCTimeoutDuration, req)
 }
 
-func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, timeout time.Duration, req func(*cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
+func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, timeout time.Duration, req func(context.Context, *cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
 	return rpc(ctx, a, identity, "choria_provision#"+action, timeout, func(ctx context.Context) ([]O, error) {
 		// a client per call: the generated clients' option setters mutate them
 		pc, err := cpc.New(a.fw)
@@ -184,7 +228,7 @@ func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activiti
 			return nil, err
 		}
 		// one reply is expected: one receiver, not rpcclient's default of three subscriptions
-		return req(pc.OptionTargets([]string{identity}).OptionWorkers(1))
+		return req(ctx, pc.OptionTargets([]string{identity}).OptionWorkers(1))
 	})
 }
 
@@ -204,11 +248,11 @@ func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult
 	defer func() { err = a.finish(ctx, in.Identity, "jwt", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	reply, err := callProvision(ctx, a, in.Identity, "jwt", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.JwtOutput, error) {
+	reply, err := callProvision(ctx, a, in.Identity, "jwt", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.JwtOutput, error) {
 		return do[*cpc.JwtResult, *cpc.JwtOutput](ctx, pc.Jwt(a.cfg.Token))
 	})
 	if err != nil {
-		return nil, err
+		return nil, a.stale(ctx, in, err)
 	}
 	claims, err := VerifyProvisioningJWT(reply.Jwt(), a.cfg.JWTVerifyCert)
 	if err != nil {
@@ -230,11 +274,11 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 		return nil, err
 	}
 	nonce := hex.EncodeToString(nb)
-	r, err := callProvision(ctx, a, in.Identity, "gen25519", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.Gen25519Output, error) {
+	r, err := callProvision(ctx, a, in.Identity, "gen25519", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.Gen25519Output, error) {
 		return do[*cpc.Gen25519Result, *cpc.Gen25519Output](ctx, pc.Gen25519(nonce, a.cfg.Token))
 	})
 	if err != nil {
-		return nil, err
+		return nil, a.stale(ctx, in, err)
 	}
 	if err := VerifyNonceSignature(r.PublicKey(), r.Signature(), nonce); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadSignature, err)
@@ -248,7 +292,7 @@ func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, 
 	defer func() { err = a.finish(ctx, in.Identity, "gencsr", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := callProvision(ctx, a, in.Identity, "gencsr", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.GencsrOutput, error) {
+	r, err := callProvision(ctx, a, in.Identity, "gencsr", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.GencsrOutput, error) {
 		return do[*cpc.GencsrResult, *cpc.GencsrOutput](ctx, pc.Gencsr(a.cfg.Token).Cn(in.Identity))
 	})
 	if err != nil {
@@ -273,7 +317,7 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 		return do[*rpcutilclient.InventoryResult, *rpcutilclient.InventoryOutput](ctx, rc.OptionTargets([]string{in.Identity}).OptionWorkers(1).Inventory())
 	})
 	if err != nil {
-		return nil, err
+		return nil, a.stale(ctx, in, err)
 	}
 	j, err := r.JSON()
 	if err != nil {
@@ -347,7 +391,7 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *Mes
 			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
 		}
 	}
-	r, err := callProvision(ctx, a, in.Identity, "configure", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ConfigureOutput, error) {
+	r, err := callProvision(ctx, a, in.Identity, "configure", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ConfigureOutput, error) {
 		req := pc.Configure(string(cj)).Token(a.cfg.Token)
 		if in.Certificate != "" {
 			req = req.Certificate(in.Certificate)
@@ -383,7 +427,7 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *Message
 	defer func() { err = a.finish(ctx, in.Identity, "restart", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := callProvision(ctx, a, in.Identity, "restart", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.RestartOutput, error) {
+	r, err := callProvision(ctx, a, in.Identity, "restart", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.RestartOutput, error) {
 		return do[*cpc.RestartResult, *cpc.RestartOutput](ctx, pc.Restart(a.cfg.Token).Splay(float64(in.Splay)))
 	})
 	if err != nil {
@@ -404,7 +448,7 @@ func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *M
 		return nil, temporal.NewNonRetryableApplicationError("upgrades_repository is not configured", ErrTypeConfig, nil)
 	}
 	// downloading and verifying a binary takes longer than an ordinary RPC
-	r, err := callWithin(ctx, a, in.Identity, "release_update", 3*a.cfg.RPCTimeoutDuration, func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ReleaseUpdateOutput, error) {
+	r, err := callWithin(ctx, a, in.Identity, "release_update", 3*a.cfg.RPCTimeoutDuration, func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ReleaseUpdateOutput, error) {
 		return do[*cpc.ReleaseUpdateResult, *cpc.ReleaseUpdateOutput](ctx, pc.ReleaseUpdate(a.cfg.UpgradesRepository, a.cfg.Token, in.Version))
 	})
 	if err != nil {
@@ -418,7 +462,7 @@ func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageRe
 	defer func() { err = a.finish(ctx, in.Identity, "shutdown", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := callProvision(ctx, a, in.Identity, "shutdown", func(pc *cpc.ChoriaProvisionClient) ([]*cpc.ShutdownOutput, error) {
+	r, err := callProvision(ctx, a, in.Identity, "shutdown", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ShutdownOutput, error) {
 		return do[*cpc.ShutdownResult, *cpc.ShutdownOutput](ctx, pc.Shutdown(a.cfg.Token))
 	})
 	if err != nil {

@@ -4,6 +4,8 @@
 package activities
 
 import (
+	"time"
+
 	"github.com/choria-io/tokens"
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -51,6 +53,10 @@ func (a *Attempted) GetAttempt() int32 { return a.Attempt }
 // HostInput addresses one host.
 type HostInput struct {
 	Identity string `json:"identity"`
+	// SeenAt, set on a run's first RPC only, is when the sighting that started the run was made.
+	// When the host does not answer, an earlier run that completed after it means the sighting
+	// was stale (see RunHistory).
+	SeenAt time.Time `json:"seen_at,omitzero"`
 }
 
 // JWTResult is the verified provisioning JWT. Claims.Token is always empty: the token is a secret

@@ -156,6 +156,9 @@ func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	d.metrics.DiscoverCycles.WithLabelValues(d.metrics.Site).Inc()
+	// every reply to this sweep was sent after this moment: a host's run that completed later
+	// makes its sighting stale (activities.RunHistory)
+	sweptAt := d.now().UTC()
 	filter := protocol.NewFilter()
 	filter.AddAgentFilter(ProvisionAgent)
 	nodes, err := broadcast.New(d.fw).Discover(ctx, broadcast.Filter(filter), broadcast.Collective(ProvisioningCollective),
@@ -180,7 +183,7 @@ func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func(id string) {
 			defer func() { <-sem; wg.Done() }()
-			if err := d.Sighted(ctx, id, workflows.SourceDiscovery); err == nil {
+			if err := d.Sighted(ctx, id, workflows.SourceDiscovery, sweptAt); err == nil {
 				mu.Lock()
 				started++
 				mu.Unlock()
@@ -204,14 +207,16 @@ func (d *Discoverer) HandleEvent(ctx context.Context, data []byte) {
 		d.log.Info("provisioning is paused, not starting work for a startup event", zap.String(logging.FieldIdentity, id))
 		return
 	}
-	_ = d.Sighted(ctx, id, workflows.SourceEvent)
+	_ = d.Sighted(ctx, id, workflows.SourceEvent, d.now().UTC())
 }
 
-// Sighted starts the host's workflow, or signals it when it runs already.
-func (d *Discoverer) Sighted(ctx context.Context, identity, source string) error {
+// Sighted starts the host's workflow, or signals it when it runs already; seenAt is when the
+// host was seen (for a sweep, when the sweep began).
+func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
 	in := d.opts.Input
 	in.Identity = identity
 	in.Source = source
+	in.SeenAt = seenAt
 	opts := client.StartWorkflowOptions{
 		ID:        workflows.WorkflowID(identity),
 		TaskQueue: d.opts.TaskQueue,
@@ -219,7 +224,7 @@ func (d *Discoverer) Sighted(ctx context.Context, identity, source string) error
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	}
 	_, err := d.starter.SignalWithStartWorkflow(ctx, opts.ID, workflows.SeenSignal,
-		workflows.Sighting{Source: source, At: d.now().UTC()}, opts, workflows.WorkflowName, in)
+		workflows.Sighting{Source: source, At: seenAt}, opts, workflows.WorkflowName, in)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			d.log.Error("could not start or signal workflow", zap.String(logging.FieldIdentity, identity), zap.Error(err))

@@ -117,5 +117,5 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 func TestStartFailureIsReturned(t *testing.T) {
 	s := &recordingStarter{err: errors.New("temporal unavailable")}
 	d, _ := newTestDiscoverer(t, s)
-	require.ErrorContains(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery), "temporal unavailable")
+	require.ErrorContains(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, time.Now()), "temporal unavailable")
 }

@@ -112,6 +112,9 @@ type ProvisionInput struct {
 	RestartSplay int           `json:"restart_splay"`
 	// Defers already spent by earlier runs of a continued-as-new workflow.
 	Defers int `json:"defers"`
+	// SeenAt is when the sighting that started this run was made (zero from operators): the
+	// first RPC uses it to recognise a stale sighting of a host provisioned since.
+	SeenAt time.Time `json:"seen_at,omitzero"`
 }
 
 // Defaults for inputs left zero.

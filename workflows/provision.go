@@ -139,11 +139,19 @@ type passResult struct {
 // down, and an empty decision when it was configured and restarted.
 func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 	host := activities.HostInput{Identity: p.in.Identity}
+	// the run's first RPC carries the sighting time, so that a host that does not answer
+	// because it was provisioned after that sighting is recognised (activities.RunHistory)
+	first := func() activities.HostInput {
+		if len(p.status.Timeline) == 0 {
+			return activities.HostInput{Identity: p.in.Identity, SeenAt: p.in.SeenAt}
+		}
+		return host
+	}
 	helperIn := activities.HelperRequest{Input: activities.HelperInput{Identity: p.in.Identity}}
 	var jwtRes activities.JWTResult
 
 	if p.in.Features.JWT {
-		if err := p.step(ctx, StepJWT, activities.FetchJWTName, host, &jwtRes); err != nil {
+		if err := p.step(ctx, StepJWT, activities.FetchJWTName, first(), &jwtRes); err != nil {
 			return nil, err
 		}
 		helperIn.Input.JWT = jwtRes.Claims
@@ -152,7 +160,7 @@ func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 
 	if p.in.Features.ED25519 {
 		var ed activities.ED25519Result
-		if err := p.step(ctx, StepGen25519, activities.Gen25519Name, host, &ed); err != nil {
+		if err := p.step(ctx, StepGen25519, activities.Gen25519Name, first(), &ed); err != nil {
 			return nil, err
 		}
 		// the helper contract's keys only: no attempt count
@@ -160,7 +168,7 @@ func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 	}
 
 	var inv activities.InventoryResult
-	if err := p.step(ctx, StepInventory, activities.InventoryName, host, &inv); err != nil {
+	if err := p.step(ctx, StepInventory, activities.InventoryName, first(), &inv); err != nil {
 		return nil, err
 	}
 	helperIn.Input.Inventory = inv.Inventory
@@ -363,6 +371,7 @@ func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
 		next := p.in
 		next.Defers = p.status.Defers
 		next.Source = SourceDiscovery
+		next.SeenAt = time.Time{}
 		return workflow.NewContinueAsNewError(ctx, ProvisionHost, next)
 	}
 	p.status.Outcome = OutcomeRunning

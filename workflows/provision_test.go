@@ -31,6 +31,13 @@ type fakeHost struct {
 	signed     activities.SignInput
 	conf       activities.ConfigureInput
 	helpIn     activities.HelperRequest
+	seenAt     []time.Time // HostInput.SeenAt of each jwt, gen25519 and inventory call
+}
+
+func (f *fakeHost) saw(in activities.HostInput) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seenAt = append(f.seenAt, in.SeenAt)
 }
 
 func (f *fakeHost) record(name string) error {
@@ -50,18 +57,21 @@ func (f *fakeHost) record(name string) error {
 func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.JWTResult, error) {
+		f.saw(in)
 		if err := f.record(activities.FetchJWTName); err != nil {
 			return nil, err
 		}
 		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}, nil
 	}, activities.FetchJWTName)
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.ED25519Result, error) {
+		f.saw(in)
 		if err := f.record(activities.Gen25519Name); err != nil {
 			return nil, err
 		}
 		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}, nil
 	}, activities.Gen25519Name)
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
+		f.saw(in)
 		if err := f.record(activities.InventoryName); err != nil {
 			return nil, err
 		}
@@ -178,6 +188,26 @@ func (s *ProvisionSuite) TestED25519RunsEveryStepInOrder() {
 	s.Equal(StepDone, st.Step)
 	s.Equal("0.30.2", st.ServerVersion)
 	s.Len(st.Timeline, 7)
+}
+
+func (s *ProvisionSuite) TestOnlyTheFirstRPCCarriesTheSightingTime() {
+	in := input(Features{JWT: true, ED25519: true})
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.result()
+	s.Equal([]time.Time{in.SeenAt, {}, {}}, s.host.seenAt)
+}
+
+func (s *ProvisionSuite) TestStaleSightingEndsProvisioned() {
+	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError(
+		"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
+	in := input(Features{JWT: true, ED25519: true})
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	res := s.result()
+	s.Equal(OutcomeProvisioned, res.Outcome)
+	s.Contains(res.Message, "stale sighting")
+	s.Equal([]string{activities.FetchJWTName}, s.host.calls)
 }
 
 func (s *ProvisionSuite) TestJWTOnlySkipsKeyAndSigning() {

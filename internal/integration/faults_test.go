@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/internal/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -135,4 +138,38 @@ func TestIntegrationFaultTemporalRestart(t *testing.T) {
 	e.setFlag("helper-slow", false)
 	e.waitProvisioned(120*time.Second, e.stack.Fleet.Members...)
 	e.tally("Temporal dev server restart (SQLite file)", start)
+}
+
+// A discovery sighting made before a host's restart but delivered after its run closed starts a
+// new run whose first RPC gets no reply (the server has left the provisioning collective). Found
+// at scale with two replicas (docs/reliability.md); the run must end as a stale sighting of a
+// provisioned host, not as a failed host.
+func TestIntegrationStaleSightingOfProvisionedHost(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 1, extraConfig: "rpc_timeout: 2s\n"})
+	m := e.stack.Fleet.Members[0]
+	e.provisioner("replica-a")
+	e.waitProvisioned(60*time.Second, m)
+	e.waitOutcome(m.Identity, workflows.OutcomeProvisioned)
+	first := e.runs(m.Identity, 1)[0].Executions[0]
+	closed := first.GetCloseTime().AsTime()
+
+	// the late delivery of a sweep that began a second before the run closed
+	in := service.WorkflowInput(e.cfg)
+	in.Identity, in.Source, in.SeenAt = m.Identity, workflows.SourceDiscovery, closed.Add(-time.Second)
+	ctx := context.Background()
+	start := time.Now()
+	run, err := e.client.SignalWithStartWorkflow(ctx, workflows.WorkflowID(m.Identity), workflows.SeenSignal,
+		workflows.Sighting{Source: workflows.SourceDiscovery, At: in.SeenAt},
+		client.StartWorkflowOptions{ID: workflows.WorkflowID(m.Identity), TaskQueue: e.cfg.Temporal.TaskQueue,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE},
+		workflows.WorkflowName, in)
+	require.NoError(t, err)
+	var res workflows.ProvisionResult
+	require.NoError(t, run.Get(ctx, &res), "the stale run must not fail")
+	require.Equal(t, workflows.OutcomeProvisioned, res.Outcome)
+	require.Contains(t, res.Message, "stale sighting")
+	t.Logf("FAULT stale sighting: recognised in %v, %d RPC attempt(s), outcome %s", time.Since(start).Round(100*time.Millisecond),
+		len(activityFailures(e.history(m.Identity))), res.Outcome)
+	require.Equal(t, []string{activities.FetchJWTName}, scheduled(e.history(m.Identity)))
+	require.True(t, runningProvisioned(m), "the server must be left as it was")
 }

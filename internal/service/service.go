@@ -209,7 +209,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		w.RegisterActivity(activities.New(rpcFw, s.cfg, s.Metrics, s.log))
+		w.RegisterActivity(activities.New(rpcFw, s.cfg, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc})))
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
 		}

@@ -1,0 +1,69 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/zap"
+)
+
+type fakeRuns struct {
+	closed time.Time
+	found  bool
+	err    error
+	asked  *int
+}
+
+func (f fakeRuns) CompletedAfter(_ context.Context, _, _ string, after time.Time) (time.Time, bool, error) {
+	*f.asked++
+	return f.closed, f.found && f.closed.After(after), f.err
+}
+
+func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
+	seen := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	noReply := temporal.NewApplicationError("choria_provision#jwt: no reply from n1 within 10s", ErrTypeRPC)
+	locked := temporal.NewApplicationError("choria_provision#jwt: locked", ErrTypeLocked)
+
+	cases := []struct {
+		name     string
+		runs     *fakeRuns
+		seenAt   time.Time
+		in       error
+		wantType string
+		asks     int
+	}{
+		{"provisioned after the sighting", &fakeRuns{closed: seen.Add(5 * time.Second), found: true}, seen, noReply, ErrTypeNotProvisioning, 1},
+		{"provisioned before the sighting", &fakeRuns{closed: seen.Add(-5 * time.Second), found: true}, seen, noReply, ErrTypeRPC, 1},
+		{"no earlier run", &fakeRuns{}, seen, noReply, ErrTypeRPC, 1},
+		{"visibility unavailable", &fakeRuns{err: errors.New("rate limited")}, seen, noReply, ErrTypeRPC, 1},
+		{"not the first RPC", &fakeRuns{closed: seen.Add(time.Second), found: true}, time.Time{}, noReply, ErrTypeRPC, 0},
+		{"the host answered", &fakeRuns{closed: seen.Add(time.Second), found: true}, seen, locked, ErrTypeLocked, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			asked := 0
+			c.runs.asked = &asked
+			a := &Activities{runs: c.runs, log: zap.NewNop()}
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestActivityEnvironment()
+			env.RegisterActivityWithOptions(func(ctx context.Context, in HostInput) error {
+				return a.stale(ctx, in, c.in)
+			}, activity.RegisterOptions{Name: "probe"})
+			_, err := env.ExecuteActivity("probe", HostInput{Identity: "n1", SeenAt: c.seenAt})
+			var app *temporal.ApplicationError
+			require.True(t, errors.As(err, &app), "%v", err)
+			require.Equal(t, c.wantType, app.Type())
+			require.Equal(t, c.wantType == ErrTypeNotProvisioning, app.NonRetryable())
+			require.Equal(t, c.asks, asked)
+			if c.wantType == ErrTypeNotProvisioning {
+				require.Contains(t, app.Error(), "after the sighting at 2026-11-30T10:00:00Z")
+			}
+		})
+	}
+}
