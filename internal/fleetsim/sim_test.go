@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	v2 "github.com/choria-io/go-choria/protocol/v2"
+	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
 	"github.com/choria-io/go-choria/providers/agent/mcorpc"
 	"github.com/stretchr/testify/require"
 )
@@ -185,4 +187,20 @@ func newFleetForTest(o Options) (*Fleet, error) {
 		return nil, err
 	}
 	return newFleet(o)
+}
+
+// BenchmarkGencsr is the CPU cost of one gencsr: a fresh 2048-bit key (as real servers) or a
+// pooled one (--key-pool).
+func BenchmarkGencsr(b *testing.B) {
+	for _, pool := range []int{0, 4} {
+		b.Run(fmt.Sprintf("key-pool=%d", pool), func(b *testing.B) {
+			f := &Fleet{opts: Options{}, jwt: []byte("j"), keys: newKeyPool(pool)}
+			h := &Host{Identity: "n1"}
+			for i := 0; i < b.N; i++ {
+				if _, err := h.csr(f, &provision.CSRRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
