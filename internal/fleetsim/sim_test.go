@@ -13,8 +13,8 @@ import (
 	"time"
 
 	v2 "github.com/choria-io/go-choria/protocol/v2"
-	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
 	"github.com/choria-io/go-choria/providers/agent/mcorpc"
+	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
 	"github.com/stretchr/testify/require"
 )
 
