@@ -222,6 +222,7 @@ func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenA
 		TaskQueue: d.opts.TaskQueue,
 		// a closed workflow (provisioned, failed, shut down) gets a new run: the host is back
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: workflows.StartSearchAttributes(in),
 	}
 	_, err := d.starter.SignalWithStartWorkflow(ctx, opts.ID, workflows.SeenSignal,
 		workflows.Sighting{Source: source, At: seenAt}, opts, workflows.WorkflowName, in)

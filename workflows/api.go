@@ -48,6 +48,12 @@ var (
 	OutcomeKey  = temporal.NewSearchAttributeKeyKeyword("ProvisionOutcome")
 )
 
+// StartSearchAttributes are a new run's search attributes, set by whoever starts it so that the
+// run need not upsert them itself (each upsert is a history event and a visibility write).
+func StartSearchAttributes(in ProvisionInput) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(IdentityKey.ValueSet(in.Identity), SiteKey.ValueSet(in.Site), OutcomeKey.ValueSet(OutcomeRunning))
+}
+
 // SearchAttributeNames lists the custom search attributes to register on a namespace.
 func SearchAttributeNames() []string {
 	return []string{IdentityKey.GetName(), SiteKey.GetName(), StepKey.GetName(), OutcomeKey.GetName()}

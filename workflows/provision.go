@@ -19,6 +19,12 @@ const (
 	upgradeRestartWait  = 4 * time.Second
 
 	shutdownUnconfirmedChange = "shutdown-unconfirmed"
+
+	// From this change a run upserts search attributes at transitions only (helper running,
+	// deferred, failed at a step, done) instead of at every step: each upsert is a history
+	// event and a visibility write, and the Temporal server's CPU bounds throughput
+	// (docs/performance.md). The current step is always in the status query.
+	transitionsOnlyChange = "search-attributes-at-transitions"
 )
 
 // noReply is true when a step failed because the host never answered.
@@ -35,6 +41,8 @@ type provisioner struct {
 	in     ProvisionInput
 	status Status
 	log    log.Logger
+	// transitionsOnly: upsert ProvisionStep only for the helper, a defer, a failure and the end
+	transitionsOnly bool
 }
 
 // ProvisionHost provisions one Choria Server: jwt -> gen25519 -> inventory -> helper -> sign ->
@@ -95,6 +103,13 @@ func (p *provisioner) setup(ctx workflow.Context) error {
 		}
 	})
 
+	p.transitionsOnly = workflow.GetVersion(ctx, transitionsOnlyChange, workflow.DefaultVersion, 1) >= 1
+	if p.transitionsOnly {
+		// starters set these (StartSearchAttributes); a run started without them still gets them
+		if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(IdentityKey); ok && id == p.in.Identity {
+			return nil
+		}
+	}
 	return p.upsert(ctx, IdentityKey.ValueSet(p.in.Identity), SiteKey.ValueSet(p.in.Site), OutcomeKey.ValueSet(OutcomeRunning))
 }
 
@@ -309,8 +324,11 @@ func (p *provisioner) step(ctx workflow.Context, step string, activity string, a
 		return err
 	}
 	p.status.Step = step
-	if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
-		return err
+	if !p.transitionsOnly || step == StepHelper {
+		// the helper is the step a host can spend minutes in (a slow CMDB or CA): findable
+		if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
+			return err
+		}
 	}
 	opts, attempts := stepOptions(step)
 	actx := workflow.WithActivityOptions(ctx, opts)
@@ -398,7 +416,11 @@ func (p *provisioner) fail(ctx workflow.Context, err error) error {
 	}
 	p.status.Outcome = OutcomeFailed
 	p.status.Message = reason(err)
-	if uerr := p.upsert(ctx, OutcomeKey.ValueSet(OutcomeFailed)); uerr != nil {
+	updates := []temporal.SearchAttributeUpdate{OutcomeKey.ValueSet(OutcomeFailed)}
+	if p.transitionsOnly && p.status.Step != "" {
+		updates = append(updates, StepKey.ValueSet(p.status.Step)) // where it failed
+	}
+	if uerr := p.upsert(ctx, updates...); uerr != nil {
 		return uerr
 	}
 	p.log.Error("host failed", "error", p.status.Message)

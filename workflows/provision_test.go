@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/choria-io/tokens"
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/activity"
@@ -208,6 +209,38 @@ func (s *ProvisionSuite) TestStaleSightingEndsProvisioned() {
 	s.Equal(OutcomeProvisioned, res.Outcome)
 	s.Contains(res.Message, "stale sighting")
 	s.Equal([]string{activities.FetchJWTName}, s.host.calls)
+}
+
+// upserts records the ProvisionStep and ProvisionOutcome of every search-attribute upsert.
+func (s *ProvisionSuite) upserts() *[]string {
+	var got []string
+	s.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		step, _ := sa.GetKeyword(StepKey)
+		outcome, _ := sa.GetKeyword(OutcomeKey)
+		got = append(got, step+"/"+outcome)
+	}).Return(nil)
+	return &got
+}
+
+func (s *ProvisionSuite) TestSearchAttributesAtTransitionsOnly() {
+	in := input(Features{JWT: true, ED25519: true})
+	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in)))
+	got := s.upserts()
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.result()
+	// the starter set identity, site and outcome; of seven steps only the helper is upserted
+	s.Equal([]string{"helper/", "done/provisioned"}, *got)
+}
+
+func (s *ProvisionSuite) TestFailedHostKeepsTheStepItFailedIn() {
+	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("bad config", activities.ErrTypeConfig, nil)
+	in := input(Features{JWT: true, ED25519: true})
+	got := s.upserts()
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.Require().Error(s.env.GetWorkflowError())
+	// started without search attributes (an older starter): the run sets them itself
+	s.Equal([]string{"/running", "helper/", "configure/failed"}, *got)
 }
 
 func (s *ProvisionSuite) TestJWTOnlySkipsKeyAndSigning() {

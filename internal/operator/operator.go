@@ -302,6 +302,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 		ID: workflows.WorkflowID(identity), TaskQueue: o.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    workflows.StartSearchAttributes(in),
 	}, workflows.WorkflowName, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
