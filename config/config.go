@@ -49,24 +49,33 @@ type Temporal struct {
 	CodecKeyFile string `koanf:"codec_key_file"`
 	// Plaintext turns the payload codec off; for debugging only.
 	Plaintext bool `koanf:"plaintext"`
+	// LocalActivities runs the cheap, repeatable reads (jwt, gen25519, inventory, sign) as local
+	// activities: fewer history events and workflow tasks, but those steps are then recorded as
+	// markers, not as activities, in the Web UI.
+	LocalActivities bool `koanf:"local_activities"`
+	// Worker tuning; 0 keeps the Temporal SDK's default.
+	ActivityPollers         int `koanf:"activity_pollers"`
+	WorkflowPollers         int `koanf:"workflow_pollers"`
+	MaxConcurrentActivities int `koanf:"max_concurrent_activities"`
 }
 
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
 // Provisioner's, spelled as it spells them.
 type Config struct {
-	Workers                    int            `koanf:"workers"`         // accepted; Temporal's worker options replace it
-	Interval                   string         `koanf:"interval"`        // discovery sweep period, minimum 1m
-	Logfile                    string         `koanf:"logfile"`         // empty or "-": stderr
-	Loglevel                   string         `koanf:"loglevel"`        // debug, info, warn, error
-	Helper                     string         `koanf:"helper"`          // command line, split like a shell
-	HelperTimeout              string         `koanf:"helper_timeout"`  // ours: default 10s like the Choria Provisioner
-	RPCTimeout                 string         `koanf:"rpc_timeout"`     // ours: how long one RPC waits for its reply
-	DeferDelay                 string         `koanf:"defer_delay"`     // ours: how long a deferred host waits before its steps run again
-	Token                      string         `koanf:"token"`           // provisioning token; stays in worker config, never in history
-	Insecure                   bool           `koanf:"choria_insecure"` // accepted for compatibility
-	Site                       string         `koanf:"site"`            // label on every metric and search attribute
-	MonitorPort                int            `koanf:"monitor_port"`    // Prometheus /metrics, 0 disables
-	MonitorAddress             string         `koanf:"monitor_address"` // ours: bind address for monitor_port
+	Workers                    int            `koanf:"workers"`           // accepted; Temporal's worker options replace it
+	Interval                   string         `koanf:"interval"`          // discovery sweep period, minimum 1m
+	Logfile                    string         `koanf:"logfile"`           // empty or "-": stderr
+	Loglevel                   string         `koanf:"loglevel"`          // debug, info, warn, error
+	Helper                     string         `koanf:"helper"`            // command line, split like a shell
+	HelperTimeout              string         `koanf:"helper_timeout"`    // ours: default 10s like the Choria Provisioner
+	HelperRateLimit            float64        `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
+	RPCTimeout                 string         `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
+	DeferDelay                 string         `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
+	Token                      string         `koanf:"token"`             // provisioning token; stays in worker config, never in history
+	Insecure                   bool           `koanf:"choria_insecure"`   // accepted for compatibility
+	Site                       string         `koanf:"site"`              // label on every metric and search attribute
+	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
+	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port
 	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
 	LifecycleComponent         string         `koanf:"lifecycle_component"`
 	CertDenyList               []string       `koanf:"cert_deny_list"`
@@ -205,6 +214,15 @@ func (c *Config) validate() error {
 	if c.Site == "" {
 		return invalid("site", "must not be empty")
 	}
+	if c.HelperRateLimit < 0 {
+		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
+	}
+	for key, v := range map[string]int{"temporal.activity_pollers": c.Temporal.ActivityPollers,
+		"temporal.workflow_pollers": c.Temporal.WorkflowPollers, "temporal.max_concurrent_activities": c.Temporal.MaxConcurrentActivities} {
+		if v < 0 {
+			return invalid(key, "%d is negative; 0 keeps the default", v)
+		}
+	}
 	if c.MonitorPort < 0 || c.MonitorPort > 65535 {
 		return invalid("monitor_port", "%d is not a port number", c.MonitorPort)
 	}
@@ -330,4 +348,14 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("invalid duration %q", s)
 	}
 	return d, nil
+}
+
+// HelperTaskQueue is where helper calls go when helper_rate_limit is set: a task queue of their
+// own, whose activity rate Temporal's matching service limits across every worker polling it.
+// Empty when calls are not limited (they share the main task queue).
+func (c *Config) HelperTaskQueue() string {
+	if c.HelperRateLimit <= 0 {
+		return ""
+	}
+	return c.Temporal.TaskQueue + "-helper"
 }

@@ -121,6 +121,10 @@ type ProvisionInput struct {
 	// SeenAt is when the sighting that started this run was made (zero from operators): the
 	// first RPC uses it to recognise a stale sighting of a host provisioned since.
 	SeenAt time.Time `json:"seen_at,omitzero"`
+	// LocalReads runs jwt, gen25519, inventory and sign as local activities (temporal.local_activities).
+	LocalReads bool `json:"local_reads,omitempty"`
+	// HelperTaskQueue, when set, is the rate-limited task queue of helper calls (helper_rate_limit).
+	HelperTaskQueue string `json:"helper_task_queue,omitempty"`
 }
 
 // Defaults for inputs left zero.

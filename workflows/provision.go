@@ -25,6 +25,10 @@ const (
 	// event and a visibility write, and the Temporal server's CPU bounds throughput
 	// (docs/performance.md). The current step is always in the status query.
 	transitionsOnlyChange = "search-attributes-at-transitions"
+
+	// local reads (temporal.local_activities) guarded too: a run whose input asks for them but
+	// whose history was written by a worker that did not know the switch replays as regular
+	localReadsChange = "local-reads"
 )
 
 // noReply is true when a step failed because the host never answered.
@@ -43,6 +47,8 @@ type provisioner struct {
 	log    log.Logger
 	// transitionsOnly: upsert ProvisionStep only for the helper, a defer, a failure and the end
 	transitionsOnly bool
+	// localReads: jwt, gen25519, inventory and sign run as local activities
+	localReads bool
 }
 
 // ProvisionHost provisions one Choria Server: jwt -> gen25519 -> inventory -> helper -> sign ->
@@ -104,6 +110,7 @@ func (p *provisioner) setup(ctx workflow.Context) error {
 	})
 
 	p.transitionsOnly = workflow.GetVersion(ctx, transitionsOnlyChange, workflow.DefaultVersion, 1) >= 1
+	p.localReads = p.in.LocalReads && workflow.GetVersion(ctx, localReadsChange, workflow.DefaultVersion, 1) >= 1
 	if p.transitionsOnly {
 		// starters set these (StartSearchAttributes); a run started without them still gets them
 		if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(IdentityKey); ok && id == p.in.Identity {
@@ -331,13 +338,25 @@ func (p *provisioner) step(ctx workflow.Context, step string, activity string, a
 		}
 	}
 	opts, attempts := stepOptions(step)
-	actx := workflow.WithActivityOptions(ctx, opts)
+	if step == StepHelper && p.in.HelperTaskQueue != "" {
+		opts.TaskQueue = p.in.HelperTaskQueue // rate limited across all workers (helper_rate_limit)
+	}
+	execute := func() workflow.Future {
+		return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activity, arg)
+	}
+	if p.localReads && localStep(step) {
+		lopts := workflow.LocalActivityOptions{StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy,
+			ScheduleToCloseTimeout: localScheduleToClose}
+		execute = func() workflow.Future {
+			return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), activity, arg)
+		}
+	}
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {
 		p.status.Attempt = attempt
 		p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
 		rec := &p.status.Timeline[len(p.status.Timeline)-1]
-		err := workflow.ExecuteActivity(actx, activity, arg).Get(ctx, result)
+		err := execute().Get(ctx, result)
 		rec.Ended = workflow.Now(ctx)
 		if err == nil {
 			if a, ok := result.(interface{ GetAttempt() int32 }); ok {
@@ -464,6 +483,21 @@ func reason(err error) string {
 		return "timed out: " + timeout.Error()
 	}
 	return err.Error()
+}
+
+// localScheduleToClose bounds a local read with all its retries (five tries of at most the RPC
+// timeout, with backoff).
+const localScheduleToClose = 3 * time.Minute
+
+// localStep is true for the steps that may run as local activities: cheap, and safe to repeat if
+// a worker dies before the workflow task that records them completes (reads, a new key, a
+// signature over the same claims).
+func localStep(step string) bool {
+	switch step {
+	case StepJWT, StepGen25519, StepInventory, StepSign:
+		return true
+	}
+	return false
 }
 
 // stepOptions are each step's timeouts and retry budget, and how many times the workflow itself

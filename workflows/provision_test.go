@@ -33,6 +33,8 @@ type fakeHost struct {
 	conf       activities.ConfigureInput
 	helpIn     activities.HelperRequest
 	seenAt     []time.Time // HostInput.SeenAt of each jwt, gen25519 and inventory call
+	local      []string    // activities run as local activities
+	queues     map[string]string
 }
 
 func (f *fakeHost) saw(in activities.HostInput) {
@@ -41,10 +43,18 @@ func (f *fakeHost) saw(in activities.HostInput) {
 	f.seenAt = append(f.seenAt, in.SeenAt)
 }
 
-func (f *fakeHost) record(name string) error {
+func (f *fakeHost) record(ctx context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, name)
+	info := activity.GetInfo(ctx)
+	if info.IsLocalActivity {
+		f.local = append(f.local, name)
+	}
+	if f.queues == nil {
+		f.queues = map[string]string{}
+	}
+	f.queues[name] = info.TaskQueue
 	if err, ok := f.failing[name]; ok {
 		return err
 	}
@@ -59,21 +69,21 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.JWTResult, error) {
 		f.saw(in)
-		if err := f.record(activities.FetchJWTName); err != nil {
+		if err := f.record(ctx, activities.FetchJWTName); err != nil {
 			return nil, err
 		}
 		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}, nil
 	}, activities.FetchJWTName)
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.ED25519Result, error) {
 		f.saw(in)
-		if err := f.record(activities.Gen25519Name); err != nil {
+		if err := f.record(ctx, activities.Gen25519Name); err != nil {
 			return nil, err
 		}
 		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}, nil
 	}, activities.Gen25519Name)
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
 		f.saw(in)
-		if err := f.record(activities.InventoryName); err != nil {
+		if err := f.record(ctx, activities.InventoryName); err != nil {
 			return nil, err
 		}
 		f.mu.Lock()
@@ -85,7 +95,7 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		return &activities.InventoryResult{Inventory: `{"version":"` + v + `"}`, Version: v, Upgradable: f.upgradable}, nil
 	}, activities.InventoryName)
 	reg(func(ctx context.Context, in activities.UpgradeInput) (*activities.MessageResult, error) {
-		if err := f.record(activities.ReleaseUpdateName); err != nil {
+		if err := f.record(ctx, activities.ReleaseUpdateName); err != nil {
 			return nil, err
 		}
 		f.mu.Lock()
@@ -94,7 +104,7 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		return &activities.MessageResult{Message: "Restarting Choria Server after 2s"}, nil
 	}, activities.ReleaseUpdateName)
 	reg(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
-		if err := f.record(activities.RunHelperName); err != nil {
+		if err := f.record(ctx, activities.RunHelperName); err != nil {
 			return nil, err
 		}
 		f.mu.Lock()
@@ -107,27 +117,27 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		return &out, nil
 	}, activities.RunHelperName)
 	reg(func(ctx context.Context, in activities.SignInput) (string, error) {
-		if err := f.record(activities.SignServerJWTName); err != nil {
+		if err := f.record(ctx, activities.SignServerJWTName); err != nil {
 			return "", err
 		}
 		f.signed = in
 		return "signed.jwt", nil
 	}, activities.SignServerJWTName)
 	reg(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
-		if err := f.record(activities.ConfigureName); err != nil {
+		if err := f.record(ctx, activities.ConfigureName); err != nil {
 			return nil, err
 		}
 		f.conf = in
 		return &activities.MessageResult{Message: "Wrote 12 lines"}, nil
 	}, activities.ConfigureName)
 	reg(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
-		if err := f.record(activities.RestartName); err != nil {
+		if err := f.record(ctx, activities.RestartName); err != nil {
 			return nil, err
 		}
 		return &activities.MessageResult{Message: "Restarting"}, nil
 	}, activities.RestartName)
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.MessageResult, error) {
-		if err := f.record(activities.ShutdownName); err != nil {
+		if err := f.record(ctx, activities.ShutdownName); err != nil {
 			return nil, err
 		}
 		return &activities.MessageResult{Message: "Shutting down"}, nil
@@ -142,6 +152,9 @@ type ProvisionSuite struct {
 	env  *testsuite.TestWorkflowEnvironment
 	host *fakeHost
 }
+
+var fullFlowNames = []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
+	activities.SignServerJWTName, activities.ConfigureName, activities.RestartName}
 
 func TestProvisionSuite(t *testing.T) { suite.Run(t, new(ProvisionSuite)) }
 
@@ -241,6 +254,30 @@ func (s *ProvisionSuite) TestFailedHostKeepsTheStepItFailedIn() {
 	s.Require().Error(s.env.GetWorkflowError())
 	// started without search attributes (an older starter): the run sets them itself
 	s.Equal([]string{"/running", "helper/", "configure/failed"}, *got)
+}
+
+func (s *ProvisionSuite) TestLocalReadsRunTheCheapStepsAsLocalActivities() {
+	in := input(Features{JWT: true, ED25519: true})
+	in.LocalReads = true
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal([]string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.SignServerJWTName}, s.host.local)
+	s.Equal(fullFlowNames, s.host.calls)
+}
+
+func (s *ProvisionSuite) TestRegularActivitiesByDefault() {
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	s.result()
+	s.Empty(s.host.local)
+}
+
+func (s *ProvisionSuite) TestHelperOnItsOwnTaskQueueWhenRateLimited() {
+	in := input(Features{JWT: true, ED25519: true})
+	in.HelperTaskQueue = "tq-helper"
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.result()
+	s.Equal("tq-helper", s.host.queues[activities.RunHelperName])
+	s.NotEqual("tq-helper", s.host.queues[activities.ConfigureName])
 }
 
 func (s *ProvisionSuite) TestJWTOnlySkipsKeyAndSigning() {

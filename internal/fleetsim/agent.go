@@ -370,6 +370,9 @@ func (h *Host) configure(f *Fleet, rpc *mcorpc.Request, reply *mcorpc.Reply, tok
 	h.KeyReceived = h.KeyReceived || keyOK
 	h.Configured.Store(true)
 	h.Configures.Add(1)
+	if h.configuredAt.IsZero() {
+		h.configuredAt = time.Now()
+	}
 	f.changed()
 	reply.Data = provision.Reply{Message: fmt.Sprintf("Wrote %d lines to %s", len(settings)+1, configFile)}
 	return func() { f.event(h, lifecycle.Provisioned, provisionComponent) }
@@ -535,6 +538,9 @@ func (f *Fleet) restart(h *Host, splay time.Duration, configured bool) {
 	}
 	time.AfterFunc(splay, func() {
 		if configured {
+			h.mu.Lock()
+			h.restartedAt = time.Now()
+			h.mu.Unlock()
 			h.Restarted.Store(true)
 			f.changed()
 			f.event(h, lifecycle.Startup, serverComponent)

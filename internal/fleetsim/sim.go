@@ -101,6 +101,8 @@ type Host struct {
 	Configured  atomic.Bool
 	Configures  atomic.Int32 // configure calls that wrote a configuration
 	Updates     atomic.Int32 // release_update calls that replaced the (scratch) binary
+	// when the host announced itself, was first configured and restarted (benchmark latencies)
+	announcedAt, configuredAt, restartedAt time.Time
 }
 
 // Fleet is a running simulation.
@@ -219,6 +221,9 @@ func (f *Fleet) announce(ctx context.Context, rate float64) {
 			case <-tick:
 			}
 		}
+		h.mu.Lock()
+		h.announcedAt = time.Now()
+		h.mu.Unlock()
 		f.event(h, lifecycle.Startup, provisionComponent)
 	}
 }
@@ -397,6 +402,11 @@ type HostState struct {
 	KeyReceived bool   `json:"key_received,omitempty"`
 	Version     string `json:"version,omitempty"` // after a release_update
 	Updates     int32  `json:"updates,omitempty"`
+	// AnnouncedAt is when the host published its first startup event (its sighting); ConfiguredAt
+	// and RestartedAt when it was first configured and restarted out of provisioning mode.
+	AnnouncedAt  time.Time `json:"announced_at,omitzero"`
+	ConfiguredAt time.Time `json:"configured_at,omitzero"`
+	RestartedAt  time.Time `json:"restarted_at,omitzero"`
 }
 
 // Status is the simulator's status file.
@@ -414,7 +424,7 @@ func (f *Fleet) WriteStatus(file string) error {
 		h.mu.Lock()
 		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Restarted: h.Restarted.Load(),
 			ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"], CertCN: h.CertCN, KeyReceived: h.KeyReceived,
-			Version: h.version, Updates: h.Updates.Load()}
+			Version: h.version, Updates: h.Updates.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt}
 		h.mu.Unlock()
 	}
 	var buf bytes.Buffer

@@ -121,6 +121,17 @@ func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (cli
 // rpc_timeout, a helper helper_timeout; both default to 10 s).
 const DrainTimeout = 20 * time.Second
 
+// WorkerOptions are the Temporal worker's options from the configuration.
+func WorkerOptions(cfg *config.Config) worker.Options {
+	return worker.Options{
+		// on SIGTERM, steps in flight get this long to finish before the worker lets go of them
+		WorkerStopTimeout:                  DrainTimeout,
+		MaxConcurrentActivityTaskPollers:   cfg.Temporal.ActivityPollers,
+		MaxConcurrentWorkflowTaskPollers:   cfg.Temporal.WorkflowPollers,
+		MaxConcurrentActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
+	}
+}
+
 // Options choose which parts of the service run in this process.
 type Options struct {
 	Worker    bool
@@ -169,7 +180,9 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 		Site: cfg.Site,
 		Features: workflows.Features{JWT: cfg.Features.JWT, ED25519: cfg.Features.ED25519, PKI: cfg.Features.PKI,
 			Upgrades: cfg.Features.Upgrades, UpgradesOptional: cfg.UpgradesOptional},
-		DeferDelay: cfg.DeferDelayDuration,
+		DeferDelay:      cfg.DeferDelayDuration,
+		LocalReads:      cfg.Temporal.LocalActivities,
+		HelperTaskQueue: cfg.HelperTaskQueue(),
 	}
 }
 
@@ -199,8 +212,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 
 	errc := make(chan error, 2)
 	if s.opts.Worker {
-		// on SIGTERM, steps in flight get this long to finish before the worker lets go of them
-		wo := worker.Options{WorkerStopTimeout: DrainTimeout}
+		wo := WorkerOptions(s.cfg)
 		if s.opts.WorkerOptions != nil {
 			wo = *s.opts.WorkerOptions
 		}
@@ -209,12 +221,25 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		w.RegisterActivity(activities.New(rpcFw, s.cfg, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc})))
+		acts := activities.New(rpcFw, s.cfg, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
+		w.RegisterActivity(acts)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
 		}
 		defer w.Stop()
 		s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
+		if hq := s.cfg.HelperTaskQueue(); hq != "" {
+			// Temporal's matching service dispatches this queue's tasks at most this often,
+			// whatever the number of workers polling it: the limit holds fleet-wide
+			hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout, TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit,
+				MaxConcurrentActivityExecutionSize: wo.MaxConcurrentActivityExecutionSize})
+			hw.RegisterActivity(acts)
+			if err := hw.Start(); err != nil {
+				return fmt.Errorf("starting the helper worker: %w", err)
+			}
+			defer hw.Stop()
+			s.log.Info("helper calls rate limited", zap.String("task_queue", hq), zap.Float64("per_second", s.cfg.HelperRateLimit))
+		}
 	}
 	if s.opts.Discovery {
 		d := discovery.New(fw, tc, discovery.Options{
