@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// helper_rate_limit: helper calls go to their own task queue, which Temporal's matching service
+// dispatches at most that often whatever the number of hosts waiting.
+func TestIntegrationHelperRateLimit(t *testing.T) {
+	const hosts, rate = 12, 2.0
+	e := newEnv(t, envOptions{extraConfig: "helper_rate_limit: 2\n"})
+	status := e.startFleetSim(hosts, "--prefix", "ratelimit-", "--no-restart-splay")
+	e.provisioner("replica-a")
+	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
+
+	var starts []time.Time
+	for id := range st.Hosts {
+		var scheduled time.Time
+		for _, ev := range e.history(id) {
+			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activities.RunHelperName {
+				require.Equal(t, e.cfg.HelperTaskQueue(), a.GetTaskQueue().GetName(), "%s: helper call not on the rate-limited queue", id)
+				scheduled = ev.GetEventTime().AsTime()
+			}
+			if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED && !scheduled.IsZero() {
+				starts = append(starts, ev.GetEventTime().AsTime())
+				scheduled = time.Time{}
+			}
+		}
+	}
+	require.Len(t, starts, hosts)
+	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+	span := starts[len(starts)-1].Sub(starts[0])
+	// 12 calls at 2/s cannot start within less than ~5.5 s; allow the limiter a burst of a few
+	minSpan := time.Duration(float64(hosts-4) / rate * float64(time.Second))
+	t.Logf("%d helper calls started over %v at helper_rate_limit %.0f/s (%.2f/s)", hosts, span.Round(10*time.Millisecond), rate, float64(hosts-1)/span.Seconds())
+	require.GreaterOrEqual(t, span, minSpan, "helper calls were not rate limited")
+}
+
+// temporal.local_activities: jwt, gen25519, inventory and sign run as local activities (history
+// markers), the helper, configure and restart stay regular activities; hosts are provisioned.
+func TestIntegrationLocalActivities(t *testing.T) {
+	const hosts = 10
+	e := newEnv(t, envOptions{})
+	e.cfg.Temporal.LocalActivities = true
+	status := e.startFleetSim(hosts, "--prefix", "localacts-")
+	e.provisioner("replica-a")
+	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
+	events := 0
+	for id, h := range st.Hosts {
+		require.True(t, h.ServerJWT, id)
+		require.Equal(t, int32(1), h.Configures, id)
+		history := e.history(id)
+		events = len(history)
+		require.Equal(t, []string{activities.RunHelperName, activities.ConfigureName, activities.RestartName}, scheduled(history), id)
+		markers := 0
+		for _, ev := range history {
+			if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" {
+				markers++
+			}
+		}
+		require.Equal(t, 4, markers, "%s: jwt, gen25519, inventory and sign as local activities", id)
+		require.Equal(t, workflows.OutcomeProvisioned, e.waitOutcome(id, workflows.OutcomeProvisioned).Outcome)
+	}
+	t.Logf("history events per host with local reads: %d", events)
+}
