@@ -68,9 +68,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
-## bench: provision BENCH_HOSTS (default 500) simulated hosts on the dev stack, measured (not a test)
+## bench: the benchmark scenarios (docs/performance.md) on the dev stack with a simulated fleet;
+## BENCH_SCENARIOS=burst-1000,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test)
+BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,burst-10000
 bench: build
-	scripts/bench.sh
+	$(PROVISIONER) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
 
 clean:
 	rm -rf $(BIN) .state

@@ -18,15 +18,16 @@ import (
 // devCommand runs the embedded default: Temporal dev server with its Web UI, a Choria broker, the
 // provisioner, a demo fleet of real servers in provisioning mode and the example helper.
 type devCommand struct {
-	dir          string
-	servers      int
-	uiPort       int
-	temporalPort int
-	monitorPort  int
-	codecPort    int
-	inMemory     bool
-	temporalBin  string
-	mode         string
+	dir           string
+	servers       int
+	uiPort        int
+	temporalPort  int
+	monitorPort   int
+	codecPort     int
+	inMemory      bool
+	temporalBin   string
+	mode          string
+	noProvisioner bool
 }
 
 func (d *devCommand) register(app *fisk.Application) {
@@ -40,6 +41,7 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("mode", "Security mode of the demo network: issuer (ed25519 Organization Issuer) or pki (x509 CA)").Default("issuer").EnumVar(&d.mode, devstack.ModeIssuer, devstack.ModePKI)
 	cmd.Flag("in-memory", "Keep Temporal's state in memory instead of the state directory").UnNegatableBoolVar(&d.inMemory)
 	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
+	cmd.Flag("no-provisioner", "Run everything but the provisioner (run it with: run --config DIR/provisioner.yaml); benchmarks measure it alone").Hidden().UnNegatableBoolVar(&d.noProvisioner)
 }
 
 func (d *devCommand) run(ctx context.Context) error {
@@ -116,6 +118,10 @@ Press Ctrl-C to stop everything.
 		codecURL, tokenFile, stack.TemporalAddress, codecURL, tokenFile)
 
 	go reportProgress(ctx, stack, started, log)
+	if d.noProvisioner {
+		<-ctx.Done()
+		return nil
+	}
 	return svc.Run(ctx, nil)
 }
 

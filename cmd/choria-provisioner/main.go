@@ -45,9 +45,10 @@ func main() {
 		"example-helper": &exampleHelperCommand{},
 		"credentials":    &credentialsCommand{},
 		"broker":         &brokerCommand{},
+		"bench":          &benchCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"run", "dev", "setup", "codec-server", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker"} {
+	for _, name := range []string{"run", "dev", "setup", "codec-server", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker", "bench"} {
 		commands[name].register(app)
 	}
 

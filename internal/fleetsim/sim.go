@@ -407,6 +407,9 @@ type HostState struct {
 	AnnouncedAt  time.Time `json:"announced_at,omitzero"`
 	ConfiguredAt time.Time `json:"configured_at,omitzero"`
 	RestartedAt  time.Time `json:"restarted_at,omitzero"`
+	// Flaky hosts fail their RPCs until HealthyAt (when FlakyFor is set; zero until the first RPC).
+	Flaky     bool      `json:"flaky,omitempty"`
+	HealthyAt time.Time `json:"healthy_at,omitzero"`
 }
 
 // Status is the simulator's status file.
@@ -424,7 +427,8 @@ func (f *Fleet) WriteStatus(file string) error {
 		h.mu.Lock()
 		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Restarted: h.Restarted.Load(),
 			ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"], CertCN: h.CertCN, KeyReceived: h.KeyReceived,
-			Version: h.version, Updates: h.Updates.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt}
+			Version: h.version, Updates: h.Updates.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt,
+			Flaky: h.flaky, HealthyAt: h.flakyUntil}
 		h.mu.Unlock()
 	}
 	var buf bytes.Buffer

@@ -1,0 +1,520 @@
+// Package bench drives `make bench`: for each scenario a fresh dev stack (Temporal dev server on a
+// WAL SQLite file, broker), the provisioner as a process of its own, and a simulated fleet, all
+// on loopback. It measures throughput, latency percentiles from each host's sighting, CPU and
+// peak RSS per process, and Temporal history events per host. Not a test: numbers, not verdicts.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// Scenario is one benchmark run.
+type Scenario struct {
+	Name  string
+	Hosts int
+	Rate  float64 // arrivals per second, 0: all at once
+	// SimArgs are extra fleet-sim flags (failure injection).
+	SimArgs []string
+	// Env is extra provisioner environment (PROVISIONER_* configuration overrides).
+	Env []string
+	// Timeout bounds the run.
+	Timeout time.Duration
+}
+
+// Scenarios are the issue's: 1,000 and 10,000 hosts at once, 5 arrivals/s for 5 minutes, 5 %
+// of hosts failing transiently for 5 s, and the local-activity switch on 1,000 hosts.
+var Scenarios = []Scenario{
+	{Name: "burst-1000", Hosts: 1000, Timeout: 15 * time.Minute},
+	{Name: "burst-1000-local", Hosts: 1000, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
+	{Name: "steady-5", Hosts: 1500, Rate: 5, Timeout: 15 * time.Minute},
+	{Name: "flaky-5pct", Hosts: 1000, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
+	{Name: "burst-10000", Hosts: 10000, Timeout: 90 * time.Minute},
+}
+
+// Options configure a benchmark run.
+type Options struct {
+	Self           string // this binary: dev stack, fleet-sim
+	ProvisionerBin string // the binary whose `run` is measured (default Self): before/after comparisons
+	Dir            string
+	Log            io.Writer
+}
+
+// Result is one scenario's measurements.
+type Result struct {
+	Scenario        string  `json:"scenario"`
+	Variant         string  `json:"variant,omitempty"`
+	Hosts           int     `json:"hosts"`
+	ArrivalRate     float64 `json:"arrival_rate,omitempty"`
+	Configured      int     `json:"configured"`
+	Restarted       int     `json:"restarted"`
+	ConfiguredTwice int     `json:"configured_twice"`
+	Seconds         float64 `json:"seconds"`
+	HostsPerSecond  float64 `json:"hosts_per_second"`
+
+	ToConfiguredMs Percentiles `json:"sighting_to_configured_ms"`
+	ToRestartedMs  Percentiles `json:"sighting_to_restarted_ms"`
+	// Flaky hosts: from the end of their failure window to configured.
+	RecoveryMs *Percentiles `json:"flaky_recovery_ms,omitempty"`
+
+	ProvisionerCPUMsPerHost float64 `json:"provisioner_cpu_ms_per_host"`
+	TemporalCPUMsPerHost    float64 `json:"temporal_cpu_ms_per_host"`
+	BrokerCPUMsPerHost      float64 `json:"broker_cpu_ms_per_host"`
+	SimulatorCPUMsPerHost   float64 `json:"simulator_cpu_ms_per_host"`
+	ProvisionerPeakRSSMiB   float64 `json:"provisioner_peak_rss_mib"`
+	TemporalPeakRSSMiB      float64 `json:"temporal_peak_rss_mib"`
+	SimulatorPeakRSSMiB     float64 `json:"simulator_peak_rss_mib"`
+	ProvisionerGoroutines   int     `json:"provisioner_peak_goroutines,omitempty"`
+
+	HistoryEventsPerHost float64 `json:"history_events_per_host"`
+	RunsPerHost          float64 `json:"runs_per_host"`
+	Machine              string  `json:"machine"`
+}
+
+// Percentiles of a latency distribution, in milliseconds.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+func percentiles(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(d)))) - 1
+		i = max(0, min(i, len(d)-1))
+		return float64(d[i].Microseconds()) / 1000
+	}
+	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: at(1)}
+}
+
+// Run runs one scenario.
+func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, error) {
+	if o.ProvisionerBin == "" {
+		o.ProvisionerBin = o.Self
+	}
+	dir := filepath.Join(o.Dir, sc.Name)
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(o.Log, "[%s] "+format+"\n", append([]any{sc.Name}, args...)...)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	tport := ports[0]
+
+	// the dev stack without its provisioner: Temporal (child process) and the broker
+	dev, err := start(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, "dev", "--dir", dir, "--servers", "0", "--ui-port", "0",
+		"--temporal-port", strconv.Itoa(tport), "--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--no-provisioner")
+	if err != nil {
+		return nil, err
+	}
+	defer stop(dev)
+	if err := waitFor(ctx, 90*time.Second, func() bool { return fileContains(filepath.Join(dir, "dev.out"), "Press Ctrl-C") }); err != nil {
+		return nil, fmt.Errorf("dev stack did not start: %w (see %s/dev.out)", err, dir)
+	}
+	temporalPID, err := findPID(fmt.Sprintf("--port %d", tport), "start-dev")
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "provisioner.yaml")
+	brokerURL, token, provJWT, err := fleetCredentials(dir, conf)
+	if err != nil {
+		return nil, err
+	}
+
+	prov, err := start(ctx, filepath.Join(dir, "provisioner.out"), sc.Env, o.ProvisionerBin, "run", "--config", conf)
+	if err != nil {
+		return nil, err
+	}
+	defer stop(prov)
+	if err := waitFor(ctx, 60*time.Second, func() bool { return fileContains(filepath.Join(dir, "provisioner.log"), "worker polling") }); err != nil {
+		logf("provisioner log did not say it polls; going on (%v)", err)
+	}
+	time.Sleep(2 * time.Second) // the first discovery sweep (empty) is over
+
+	statusFile := filepath.Join(dir, "sim.json")
+	simArgs := append([]string{"fleet-sim", "--broker", brokerURL, "--provisioning-jwt", provJWT, "--token", token,
+		"--count", strconv.Itoa(sc.Hosts), "--prefix", "bench-", "--status", statusFile, "--rate", fmt.Sprint(sc.Rate)}, sc.SimArgs...)
+
+	c0 := map[string]float64{"prov": cpuSeconds(prov.Process.Pid), "temporal": cpuSeconds(temporalPID), "dev": cpuSeconds(dev.Process.Pid)}
+	began := time.Now()
+	sim, err := start(ctx, filepath.Join(dir, "sim.out"), nil, o.Self, simArgs...)
+	if err != nil {
+		return nil, err
+	}
+	defer stop(sim)
+
+	var st fleetsim.Status
+	peakG := 0
+	deadline := time.Now().Add(sc.Timeout)
+	lastLog := time.Now()
+	for {
+		time.Sleep(time.Second)
+		st = readStatus(statusFile)
+		conf, rest := count(st)
+		if g := goroutines(ports[1]); g > peakG {
+			peakG = g
+		}
+		if time.Since(lastLog) > 30*time.Second {
+			logf("%d/%d configured, %d restarted, %v", conf, sc.Hosts, rest, time.Since(began).Round(time.Second))
+			lastLog = time.Now()
+		}
+		if rest == sc.Hosts || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	end := time.Now()
+	c1 := map[string]float64{"prov": cpuSeconds(prov.Process.Pid), "temporal": cpuSeconds(temporalPID), "dev": cpuSeconds(dev.Process.Pid), "sim": cpuSeconds(sim.Process.Pid)}
+
+	res := &Result{Scenario: sc.Name, Variant: variant, Hosts: sc.Hosts, ArrivalRate: sc.Rate, Machine: machine()}
+	var toConf, toRest, recovery []time.Duration
+	var lastConf time.Time
+	for _, h := range st.Hosts {
+		if h.Configured {
+			res.Configured++
+			if h.ConfiguredAt.After(lastConf) {
+				lastConf = h.ConfiguredAt
+			}
+		}
+		if h.Configures > 1 {
+			res.ConfiguredTwice++
+		}
+		if h.Restarted {
+			res.Restarted++
+		}
+		if !h.AnnouncedAt.IsZero() && !h.ConfiguredAt.IsZero() {
+			toConf = append(toConf, h.ConfiguredAt.Sub(h.AnnouncedAt))
+		}
+		if !h.AnnouncedAt.IsZero() && !h.RestartedAt.IsZero() {
+			toRest = append(toRest, h.RestartedAt.Sub(h.AnnouncedAt))
+		}
+		if h.Flaky && !h.HealthyAt.IsZero() && !h.ConfiguredAt.IsZero() {
+			recovery = append(recovery, h.ConfiguredAt.Sub(h.HealthyAt))
+		}
+	}
+	if lastConf.IsZero() {
+		lastConf = end
+	}
+	res.Seconds = round(lastConf.Sub(began).Seconds(), 1)
+	res.HostsPerSecond = round(float64(res.Configured)/lastConf.Sub(began).Seconds(), 2)
+	res.ToConfiguredMs, res.ToRestartedMs = percentiles(toConf), percentiles(toRest)
+	if len(recovery) > 0 {
+		p := percentiles(recovery)
+		res.RecoveryMs = &p
+	}
+	n := float64(max(res.Configured, 1))
+	res.ProvisionerCPUMsPerHost = round((c1["prov"]-c0["prov"])*1000/n, 1)
+	res.TemporalCPUMsPerHost = round((c1["temporal"]-c0["temporal"])*1000/n, 1)
+	res.BrokerCPUMsPerHost = round((c1["dev"]-c0["dev"])*1000/n, 1)
+	res.SimulatorCPUMsPerHost = round(c1["sim"]*1000/n, 1)
+	res.ProvisionerPeakRSSMiB = peakRSS(prov.Process.Pid)
+	res.TemporalPeakRSSMiB = peakRSS(temporalPID)
+	res.SimulatorPeakRSSMiB = peakRSS(sim.Process.Pid)
+	res.ProvisionerGoroutines = peakG
+
+	if err := historyStats(ctx, fmt.Sprintf("127.0.0.1:%d", tport), res); err != nil {
+		logf("history statistics: %v", err)
+	}
+	return res, nil
+}
+
+// historyStats counts runs per host over every run, and history events per host over a sample.
+func historyStats(ctx context.Context, address string, res *Result) error {
+	c, err := client.Dial(client.Options{HostPort: address, Logger: quietLogger{}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var token []byte
+	runs := map[string][]string{}
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = '" + workflows.WorkflowName + "'", PageSize: 1000, NextPageToken: token})
+		if err != nil {
+			return err
+		}
+		for _, ex := range resp.Executions {
+			id := ex.GetExecution().GetWorkflowId()
+			runs[id] = append(runs[id], ex.GetExecution().GetRunId())
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	total := 0
+	for _, r := range runs {
+		total += len(r)
+	}
+	if len(runs) > 0 {
+		res.RunsPerHost = round(float64(total)/float64(len(runs)), 3)
+	}
+	ids := make([]string, 0, len(runs))
+	for id := range runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	sample, events := 0, 0
+	for i := 0; i < len(ids) && sample < 50; i += max(1, len(ids)/50) {
+		for _, run := range runs[ids[i]] {
+			it := c.GetWorkflowHistory(ctx, ids[i], run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				if _, err := it.Next(); err != nil {
+					return err
+				}
+				events++
+			}
+		}
+		sample++
+	}
+	if sample > 0 {
+		res.HistoryEventsPerHost = round(float64(events)/float64(sample), 1)
+	}
+	return nil
+}
+
+func count(st fleetsim.Status) (configured, restarted int) {
+	for _, h := range st.Hosts {
+		if h.Configured {
+			configured++
+		}
+		if h.Restarted {
+			restarted++
+		}
+	}
+	return
+}
+
+func readStatus(file string) fleetsim.Status {
+	var st fleetsim.Status
+	if b, err := os.ReadFile(file); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	return st
+}
+
+// fleetCredentials reads what fleet-sim needs from the dev stack's files.
+func fleetCredentials(dir, conf string) (broker, token, provJWT string, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "client.conf"))
+	if err != nil {
+		return "", "", "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "plugin.choria.middleware_hosts" {
+			broker = strings.TrimSpace(v)
+		}
+	}
+	s, err := os.ReadFile(filepath.Join(dir, "credentials", "secrets"))
+	if err != nil {
+		return "", "", "", err
+	}
+	token, _, _ = strings.Cut(string(s), "\n")
+	if broker == "" {
+		return "", "", "", errors.New("no middleware_hosts in client.conf")
+	}
+	return broker, strings.TrimSpace(token), filepath.Join(dir, "credentials", "provisioning.jwt"), nil
+}
+
+func start(ctx context.Context, out string, env []string, bin string, args ...string) (*exec.Cmd, error) {
+	f, err := os.Create(out)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	go func() { _ = cmd.Wait(); f.Close() }()
+	return cmd, nil
+}
+
+// stop interrupts a process group and kills it if it lingers.
+func stop(cmd *exec.Cmd) {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+	for i := 0; i < 100; i++ {
+		if syscall.Kill(cmd.Process.Pid, 0) != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+func waitFor(ctx context.Context, d time.Duration, ok func() bool) error {
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", d)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil
+}
+
+func fileContains(file, s string) bool {
+	b, err := os.ReadFile(file)
+	return err == nil && strings.Contains(string(b), s)
+}
+
+// findPID finds a process whose command line contains every part.
+func findPID(parts ...string) (int, error) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(cl, p)
+		}
+		if all {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process with %q", parts)
+}
+
+// cpuSeconds is user+system CPU of a process (and its reaped children) from /proc.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var total float64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		v, _ := strconv.ParseFloat(f[i], 64)
+		total += v
+	}
+	return total / 100 // USER_HZ
+}
+
+func peakRSS(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "VmHWM:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(sc.Text())[1], 64)
+			return round(kb/1024, 0)
+		}
+	}
+	return 0
+}
+
+// goroutines reads go_goroutines from the provisioner's /metrics.
+func goroutines(port int) int {
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return int(n)
+		}
+	}
+	return 0
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func round(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+func machine() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	model := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "model name"); ok {
+			model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+			break
+		}
+	}
+	var mem float64
+	if m, err := os.ReadFile("/proc/meminfo"); err == nil {
+		f := strings.Fields(string(m))
+		if len(f) > 1 {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			mem = kb / 1024 / 1024
+		}
+	}
+	return fmt.Sprintf("%d cores (%s), %.0f GiB", numCPU(), model, mem)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
