@@ -76,6 +76,7 @@ type Config struct {
 	Site                       string         `koanf:"site"`              // label on every metric and search attribute
 	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
 	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port
+	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
 	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
 	LifecycleComponent         string         `koanf:"lifecycle_component"`
 	CertDenyList               []string       `koanf:"cert_deny_list"`

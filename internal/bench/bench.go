@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,7 +153,7 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		return nil, err
 	}
 
-	prov, err := start(ctx, filepath.Join(dir, "provisioner.out"), sc.Env, o.ProvisionerBin, "run", "--config", conf)
+	prov, err := start(ctx, filepath.Join(dir, "provisioner.out"), append([]string{"PROVISIONER_MONITOR_PPROF=true"}, sc.Env...), o.ProvisionerBin, "run", "--config", conf)
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +174,13 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		return nil, err
 	}
 	defer stop(sim)
+	// a CPU profile of the provisioner while it is busy, to say what bounds it
+	go func() {
+		time.Sleep(10 * time.Second)
+		if err := profile(ports[1], filepath.Join(dir, "provisioner.pprof"), 20); err != nil {
+			logf("no CPU profile: %v", err)
+		}
+	}()
 
 	var st fleetsim.Status
 	peakG := 0
@@ -466,6 +474,24 @@ func goroutines(port int) int {
 		}
 	}
 	return 0
+}
+
+func profile(port int, file string, seconds int) error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, seconds))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
 
 func freePorts(n int) ([]int, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	httppprof "net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,13 +86,20 @@ func (m *Metrics) ObserveRPC(rpc string, start time.Time, err error) {
 
 // Serve exposes /metrics from gatherer on addr until ctx ends. It returns the bound address
 // (useful with port 0) once listening.
-func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer) (string, error) {
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, pprof bool) (string, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("monitor listener on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if pprof {
+		// profiles for tuning (make bench); the monitor listens on loopback unless told otherwise
+		mux.HandleFunc("/debug/pprof/", httppprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

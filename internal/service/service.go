@@ -192,7 +192,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	defer cancel()
 
 	if s.cfg.MonitorPort > 0 {
-		addr, err := metrics.Serve(ctx, fmt.Sprintf("%s:%d", s.cfg.MonitorAddress, s.cfg.MonitorPort), s.opts.Registry)
+		addr, err := metrics.Serve(ctx, fmt.Sprintf("%s:%d", s.cfg.MonitorAddress, s.cfg.MonitorPort), s.opts.Registry, s.cfg.MonitorPprof)
 		if err != nil {
 			return err
 		}
