@@ -89,7 +89,11 @@ func StartPostgres(ctx context.Context, binDir string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "provisioner-pg-")
+	base := os.TempDir()
+	if cred != nil && !traversable(base) {
+		base = "/tmp" // the postgres user must reach its data directory
+	}
+	dir, err := os.MkdirTemp(base, "provisioner-pg-")
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +202,19 @@ func postgresCredential() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// traversable says whether every directory from / to dir lets others through.
+func traversable(dir string) bool {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }
 
 func chownTree(dir string, uid, gid int) error {
