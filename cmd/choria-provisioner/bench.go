@@ -20,6 +20,8 @@ type benchCommand struct {
 	variant        string
 	jsonFile       string
 	mdFile         string
+	env            []string
+	devArgs        []string
 }
 
 func (b *benchCommand) register(app *fisk.Application) {
@@ -33,6 +35,8 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("dir", "Working directory").Default(os.TempDir() + "/choria-bench").StringVar(&b.dir)
 	cmd.Flag("provisioner-bin", "Measure this binary's run command instead (before/after comparisons)").StringVar(&b.provisionerBin)
 	cmd.Flag("variant", "Label of this run in the results (e.g. before-shared-connection)").StringVar(&b.variant)
+	cmd.Flag("env", "PROVISIONER_KEY=VALUE for the provisioner in every scenario (repeatable; tuning experiments)").StringsVar(&b.env)
+	cmd.Flag("dev-arg", "Extra dev stack flag in every scenario (repeatable), e.g. --dev-arg=--temporal-dynamic-config=KEY=JSON").StringsVar(&b.devArgs)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
 	cmd.Flag("markdown", "Markdown file whose generated table is rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
 }
@@ -51,6 +55,8 @@ func (b *benchCommand) run(ctx context.Context) error {
 		if b.hosts > 0 {
 			sc.Hosts = b.hosts
 		}
+		sc.Env = append(append([]string{}, sc.Env...), b.env...)
+		sc.DevArgs = append(append([]string{}, sc.DevArgs...), b.devArgs...)
 		fmt.Printf("== %s: %d hosts\n", sc.Name, sc.Hosts)
 		res, err := bench.Run(ctx, bench.Options{Self: selfPath(), ProvisionerBin: b.provisionerBin, Dir: b.dir, Log: os.Stdout}, sc, b.variant)
 		if err != nil {

@@ -28,6 +28,7 @@ type devCommand struct {
 	temporalBin   string
 	mode          string
 	noProvisioner bool
+	dynamicConfig []string
 }
 
 func (d *devCommand) register(app *fisk.Application) {
@@ -41,6 +42,7 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("mode", "Security mode of the demo network: issuer (ed25519 Organization Issuer) or pki (x509 CA)").Default("issuer").EnumVar(&d.mode, devstack.ModeIssuer, devstack.ModePKI)
 	cmd.Flag("in-memory", "Keep Temporal's state in memory instead of the state directory").UnNegatableBoolVar(&d.inMemory)
 	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
+	cmd.Flag("temporal-dynamic-config", "KEY=JSON dynamic config value for the Temporal dev server (repeatable; tuning)").Hidden().StringsVar(&d.dynamicConfig)
 	cmd.Flag("no-provisioner", "Run everything but the provisioner (run it with: run --config DIR/provisioner.yaml); benchmarks measure it alone").Hidden().UnNegatableBoolVar(&d.noProvisioner)
 }
 
@@ -64,6 +66,7 @@ func (d *devCommand) run(ctx context.Context) error {
 	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
 		Dir: dir, Self: self, TemporalBin: d.temporalBin, Servers: d.servers, Persist: !d.inMemory,
 		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL, Mode: d.mode,
+		TemporalDynamicConfig: d.dynamicConfig,
 	})
 	if err != nil {
 		return err

@@ -40,6 +40,8 @@ type Scenario struct {
 	SimArgs []string
 	// Env is extra provisioner environment (PROVISIONER_* configuration overrides).
 	Env []string
+	// DevArgs are extra dev stack flags (Temporal dynamic config).
+	DevArgs []string
 	// Timeout bounds the run.
 	Timeout time.Duration
 }
@@ -134,8 +136,9 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 	tport := ports[0]
 
 	// the dev stack without its provisioner: Temporal (child process) and the broker
-	dev, err := start(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, "dev", "--dir", dir, "--servers", "0", "--ui-port", "0",
-		"--temporal-port", strconv.Itoa(tport), "--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--no-provisioner")
+	devArgs := append([]string{"dev", "--dir", dir, "--servers", "0", "--ui-port", "0", "--temporal-port", strconv.Itoa(tport),
+		"--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--no-provisioner"}, sc.DevArgs...)
+	dev, err := start(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, devArgs...)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,8 @@ type StackOptions struct {
 	TaskQueue string
 	// UICodecEndpoint points the Web UI at a codec server.
 	UICodecEndpoint string
+	// TemporalDynamicConfig are extra KEY=JSON dynamic config values for the dev server.
+	TemporalDynamicConfig []string
 	// Mode is the network's security: ModeIssuer (default) or ModePKI.
 	Mode string
 }
@@ -121,7 +123,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 				return nil, err
 			}
 		}
-		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint}
+		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint, DynamicConfig: o.TemporalDynamicConfig}
 		s.Temporal, err = StartTemporal(ctx, s.temporalOpts)
 		if err != nil {
 			return nil, err

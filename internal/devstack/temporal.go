@@ -29,6 +29,8 @@ type TemporalOptions struct {
 	Retention time.Duration
 	// UICodecEndpoint points the Web UI at a remote codec server.
 	UICodecEndpoint string
+	// DynamicConfig are extra KEY=JSON dynamic config values (tuning experiments).
+	DynamicConfig []string
 }
 
 // FindTemporalBinary looks for the temporal CLI next to this executable, then in .bin/ of the
@@ -85,6 +87,9 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	}
 	if o.UICodecEndpoint != "" {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--ui-codec-endpoint", o.UICodecEndpoint)
+	}
+	for _, kv := range o.DynamicConfig {
+		opts.ExtraArgs = append(opts.ExtraArgs, "--dynamic-config-value", kv)
 	}
 	if opts.Stdout == nil {
 		opts.Stdout, opts.Stderr = io.Discard, io.Discard
