@@ -88,7 +88,10 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	if o.UICodecEndpoint != "" {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--ui-codec-endpoint", o.UICodecEndpoint)
 	}
-	for _, kv := range o.DynamicConfig {
+	// eager activities: a workflow task that schedules an activity on its own task queue gets
+	// the activity back in its response, skipping a matching round trip; 17 % less Temporal CPU
+	// per host, measured (docs/performance.md). The Go SDK asks for them by default.
+	for _, kv := range append([]string{"system.enableActivityEagerExecution=true"}, o.DynamicConfig...) {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--dynamic-config-value", kv)
 	}
 	if opts.Stdout == nil {
