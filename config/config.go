@@ -122,6 +122,10 @@ func defaults() map[string]any {
 		"temporal.address":    "127.0.0.1:7233",
 		"temporal.namespace":  "default",
 		"temporal.task_queue": "choria-provisioner",
+		// the Go SDK's 2 pollers each kept a busy worker waiting on tasks: 8 took 500 simulated
+		// hosts from 6.0 to 8.8 hosts/s, 16 did no better (docs/performance.md)
+		"temporal.workflow_pollers": 8,
+		"temporal.activity_pollers": 8,
 	}
 }
 
