@@ -13,6 +13,7 @@ import (
 	"github.com/choria-io/go-choria/providers/discovery/broadcast"
 	"github.com/nats-io/nats.go"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
@@ -25,7 +26,14 @@ import (
 type Starter interface {
 	SignalWithStartWorkflow(ctx context.Context, workflowID string, signalName string, signalArg any,
 		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
+
+// LateSighting is how old a sweep's sighting may be before discovery checks, ahead of starting a
+// run, that the host was not provisioned since. A sweep over thousands of hosts hands its
+// sightings to Temporal over many seconds while the hosts it found are being provisioned; the
+// restart grace of a run absorbs the first few seconds (workflows.ProvisionHost).
+const LateSighting = 3 * time.Second
 
 // PauseChecker tells whether fleet-wide provisioning is paused.
 type PauseChecker interface {
@@ -210,9 +218,26 @@ func (d *Discoverer) HandleEvent(ctx context.Context, data []byte) {
 	_ = d.Sighted(ctx, id, workflows.SourceEvent, d.now().UTC())
 }
 
+// provisionedSince tells whether the host's latest run completed after seenAt: the sighting is
+// stale and must not start a new run against a server that has left provisioning mode. It reads
+// the run from the history service (not the rate-limited visibility store).
+func (d *Discoverer) provisionedSince(ctx context.Context, identity string, seenAt time.Time) bool {
+	resp, err := d.starter.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
+	if err != nil {
+		return false // none yet, or Temporal cannot say: start or signal as usual
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED && info.GetCloseTime().AsTime().After(seenAt)
+}
+
 // Sighted starts the host's workflow, or signals it when it runs already; seenAt is when the
 // host was seen (for a sweep, when the sweep began).
 func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
+	if source == workflows.SourceDiscovery && d.now().Sub(seenAt) > LateSighting && d.provisionedSince(ctx, identity, seenAt) {
+		d.log.Debug("stale sweep sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
+		d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
+		return nil
+	}
 	in := d.opts.Input
 	in.Identity = identity
 	in.Source = source

@@ -14,8 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -76,10 +80,22 @@ func FuzzParseStartupEvent(f *testing.F) {
 }
 
 type recordingStarter struct {
-	mu    sync.Mutex
-	calls []client.StartWorkflowOptions
-	args  []workflows.ProvisionInput
-	err   error
+	mu        sync.Mutex
+	calls     []client.StartWorkflowOptions
+	args      []workflows.ProvisionInput
+	err       error
+	described int
+	latest    *workflowpb.WorkflowExecutionInfo // the host's latest run; nil: none
+}
+
+func (r *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, run string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.described++
+	if r.latest == nil {
+		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: r.latest}, nil
 }
 
 func (r *recordingStarter) SignalWithStartWorkflow(ctx context.Context, id, signal string, arg any, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
@@ -112,6 +128,40 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, "lab", s.args[0].Site)
 	require.True(t, s.args[0].Features.JWT)
 	require.Equal(t, 1.0, testutil.ToFloat64(m.EventDiscovered.WithLabelValues("lab")))
+}
+
+func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	completed := func(at time.Time) *workflowpb.WorkflowExecutionInfo {
+		return &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, CloseTime: timestamppb.New(at)}
+	}
+	cases := []struct {
+		name      string
+		seenAt    time.Time
+		source    string
+		latest    *workflowpb.WorkflowExecutionInfo
+		started   int
+		described int
+	}{
+		{"late, provisioned since", now.Add(-10 * time.Second), workflows.SourceDiscovery, completed(now.Add(-5 * time.Second)), 0, 1},
+		{"late, provisioned before the sweep", now.Add(-10 * time.Second), workflows.SourceDiscovery, completed(now.Add(-20 * time.Second)), 1, 1},
+		{"late, failed since", now.Add(-10 * time.Second), workflows.SourceDiscovery,
+			&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, CloseTime: timestamppb.New(now.Add(-5 * time.Second))}, 1, 1},
+		{"late, never seen before", now.Add(-10 * time.Second), workflows.SourceDiscovery, nil, 1, 1},
+		{"fresh sweep sighting: no check", now.Add(-time.Second), workflows.SourceDiscovery, completed(now), 1, 0},
+		{"startup event: no check", now.Add(-10 * time.Second), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 1, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &recordingStarter{latest: c.latest}
+			d, m := newTestDiscoverer(t, s)
+			d.now = func() time.Time { return now }
+			require.NoError(t, d.Sighted(context.Background(), "n1", c.source, c.seenAt))
+			require.Len(t, s.calls, c.started)
+			require.Equal(t, c.described, s.described)
+			require.Equal(t, float64(1-c.started), testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
+		})
+	}
 }
 
 func TestStartFailureIsReturned(t *testing.T) {

@@ -34,6 +34,8 @@ type Metrics struct {
 	BusyWorkers      *prometheus.GaugeVec
 	WorkQueueEntries *prometheus.GaugeVec
 	WaitingNodes     *prometheus.GaugeVec
+	// ours: sweep sightings of hosts provisioned since the sweep began, not started again
+	StaleSightings *prometheus.CounterVec
 }
 
 // New registers the series on reg.
@@ -51,6 +53,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		Site:             site,
 		Discovered:       counter("discovered", "Nodes found by discovery sweeps"),
 		EventDiscovered:  counter("event_discovered", "Nodes found by lifecycle startup events"),
+		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
@@ -65,7 +68,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts being provisioned (running host workflows)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts waiting after a helper deferral"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
