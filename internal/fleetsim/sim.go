@@ -101,6 +101,7 @@ type Host struct {
 	Configured  atomic.Bool
 	Configures  atomic.Int32 // configure calls that wrote a configuration
 	Updates     atomic.Int32 // release_update calls that replaced the (scratch) binary
+	arrived     atomic.Bool  // announced itself: before that it is not on the network
 	// when the host announced itself, was first configured and restarted (benchmark latencies)
 	announcedAt, configuredAt, restartedAt time.Time
 }
@@ -224,6 +225,7 @@ func (f *Fleet) announce(ctx context.Context, rate float64) {
 		h.mu.Lock()
 		h.announcedAt = time.Now()
 		h.mu.Unlock()
+		h.arrived.Store(true)
 		f.event(h, lifecycle.Startup, provisionComponent)
 	}
 }
@@ -312,7 +314,8 @@ func (f *Fleet) handle(m *nats.Msg) {
 		targets = f.order
 	}
 	for _, h := range targets {
-		if h.silent || h.Restarted.Load() {
+		// a host that has not arrived yet (--rate) is not connected: it answers nothing
+		if h.silent || h.Restarted.Load() || !h.arrived.Load() {
 			continue
 		}
 		go f.reply(h, req, replyTo, w)
