@@ -77,7 +77,29 @@ type sharedConnector struct {
 
 func (c *sharedConnector) Close() {}
 
+// replyBuffer is how many replies one request's subscription holds before NATS drops them: a
+// request addressed to one host expects one.
+const replyBuffer = 16
+
 func (c *sharedConnector) QueueSubscribe(ctx context.Context, name string, subject string, group string, output chan inter.ConnectorMessage) error {
+	// go-choria sizes the subscription's NATS channel like output, which its client makes with
+	// room for 100,000 replies: 0.8 MB allocated and zeroed per request. A small channel in
+	// between keeps that per in-flight RPC to a few hundred bytes.
+	small := make(chan inter.ConnectorMessage, replyBuffer)
+	go func() {
+		for {
+			select {
+			case m := <-small:
+				select {
+				case output <- m:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	// go-choria's connector unsubscribes by this name when ctx ends, i.e. when the request is over
-	return c.Connector.QueueSubscribe(ctx, fmt.Sprintf("%s-%d", name, c.seq.Add(1)), subject, group, output)
+	return c.Connector.QueueSubscribe(ctx, fmt.Sprintf("%s-%d", name, c.seq.Add(1)), subject, group, small)
 }

@@ -126,6 +126,9 @@ func defaults() map[string]any {
 		// hosts from 6.0 to 8.8 hosts/s, 16 did no better (docs/performance.md)
 		"temporal.workflow_pollers": 8,
 		"temporal.activity_pollers": 8,
+		// every RPC in flight holds go-choria's 1.6 MB reply buffer (client/client.New), so
+		// concurrent steps bound memory: 200 is ~320 MB at most, and 20x what 10 hosts/s needs
+		"temporal.max_concurrent_activities": 200,
 	}
 }
 

@@ -129,6 +129,8 @@ func WorkerOptions(cfg *config.Config) worker.Options {
 		MaxConcurrentActivityTaskPollers:   cfg.Temporal.ActivityPollers,
 		MaxConcurrentWorkflowTaskPollers:   cfg.Temporal.WorkflowPollers,
 		MaxConcurrentActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
+		// local reads (temporal.local_activities) are RPCs too: the same bound
+		MaxConcurrentLocalActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
 	}
 }
 
