@@ -29,11 +29,7 @@ type Starter interface {
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
 
-// LateSighting is how old a sweep's sighting may be before discovery checks, ahead of starting a
-// run, that the host was not provisioned since. A sweep over thousands of hosts hands its
-// sightings to Temporal over many seconds while the hosts it found are being provisioned; the
-// restart grace of a run absorbs the first few seconds (workflows.ProvisionHost).
-const LateSighting = 3 * time.Second
+
 
 // PauseChecker tells whether fleet-wide provisioning is paused.
 type PauseChecker interface {
@@ -233,7 +229,11 @@ func (d *Discoverer) provisionedSince(ctx context.Context, identity string, seen
 // Sighted starts the host's workflow, or signals it when it runs already; seenAt is when the
 // host was seen (for a sweep, when the sweep began).
 func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
-	if source == workflows.SourceDiscovery && d.now().Sub(seenAt) > LateSighting && d.provisionedSince(ctx, identity, seenAt) {
+	// A sweep's sightings are at least its discovery timeout old when they reach Temporal, and a
+	// sweep over thousands of hosts hands them over for many seconds while the hosts it found are
+	// being provisioned and restarted: check each against the host's latest run first (a startup
+	// event is current by nature).
+	if source == workflows.SourceDiscovery && d.provisionedSince(ctx, identity, seenAt) {
 		d.log.Debug("stale sweep sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
 		d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
 		return nil

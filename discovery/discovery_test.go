@@ -148,7 +148,7 @@ func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
 		{"late, failed since", now.Add(-10 * time.Second), workflows.SourceDiscovery,
 			&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, CloseTime: timestamppb.New(now.Add(-5 * time.Second))}, 1, 1},
 		{"late, never seen before", now.Add(-10 * time.Second), workflows.SourceDiscovery, nil, 1, 1},
-		{"fresh sweep sighting: no check", now.Add(-time.Second), workflows.SourceDiscovery, completed(now), 1, 0},
+		{"provisioned a moment after the sweep began", now.Add(-2 * time.Second), workflows.SourceDiscovery, completed(now.Add(-time.Second)), 0, 1},
 		{"startup event: no check", now.Add(-10 * time.Second), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 1, 0},
 	}
 	for _, c := range cases {
