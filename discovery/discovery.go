@@ -29,8 +29,6 @@ type Starter interface {
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
 
-
-
 // PauseChecker tells whether fleet-wide provisioning is paused.
 type PauseChecker interface {
 	Paused(ctx context.Context) (bool, error)
@@ -81,8 +79,28 @@ func (d *Discoverer) Run(ctx context.Context) error {
 		nc := conn.Nats()
 		defer nc.Close()
 		d.announce(conn)
+		// events are handed to Temporal by StartConcurrency goroutines: one at a time, a burst of
+		// thousands of startup events waited minutes for its signal-with-starts
+		queue := make(chan receivedEvent, EventQueueSize)
+		for i := 0; i < d.opts.StartConcurrency; i++ {
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case ev := <-queue:
+						d.handleEvent(ctx, ev.data, ev.at)
+					}
+				}
+			}()
+		}
 		sub, err := nc.QueueSubscribe(StartupSubject(d.opts.Component), EventQueueGroup, func(m *nats.Msg) {
-			d.HandleEvent(ctx, m.Data)
+			select {
+			case queue <- receivedEvent{data: m.Data, at: d.now().UTC()}:
+			default:
+				// bounded: the next sweep finds the host
+				d.log.Warn("startup event queue full, dropping an event", zap.Int("queue", EventQueueSize))
+			}
 		})
 		if err != nil {
 			return fmt.Errorf("subscribing to startup events: %w", err)
@@ -201,6 +219,23 @@ func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 // HandleEvent handles one message from the startup subject. Anything that is not a startup event
 // of a valid identity is logged and dropped: it never becomes a workflow.
 func (d *Discoverer) HandleEvent(ctx context.Context, data []byte) {
+	d.handleEvent(ctx, data, d.now().UTC())
+}
+
+// receivedEvent is a startup event waiting for a goroutine, with the time it arrived.
+type receivedEvent struct {
+	data []byte
+	at   time.Time
+}
+
+// EventQueueSize bounds the startup events waiting to be handed to Temporal.
+const EventQueueSize = 10000
+
+// LateEvent is how long a startup event may wait in the queue before discovery checks, as for a
+// sweep, that the host was not provisioned since it arrived.
+const LateEvent = time.Second
+
+func (d *Discoverer) handleEvent(ctx context.Context, data []byte, received time.Time) {
 	id, err := ParseStartupEvent(data, d.opts.Component)
 	if err != nil {
 		d.log.Warn("dropping lifecycle event", zap.Error(err))
@@ -211,7 +246,7 @@ func (d *Discoverer) HandleEvent(ctx context.Context, data []byte) {
 		d.log.Info("provisioning is paused, not starting work for a startup event", zap.String(logging.FieldIdentity, id))
 		return
 	}
-	_ = d.Sighted(ctx, id, workflows.SourceEvent, d.now().UTC())
+	_ = d.Sighted(ctx, id, workflows.SourceEvent, received)
 }
 
 // provisionedSince tells whether the host's latest run completed after seenAt: the sighting is
@@ -231,9 +266,10 @@ func (d *Discoverer) provisionedSince(ctx context.Context, identity string, seen
 func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
 	// A sweep's sightings are at least its discovery timeout old when they reach Temporal, and a
 	// sweep over thousands of hosts hands them over for many seconds while the hosts it found are
-	// being provisioned and restarted: check each against the host's latest run first (a startup
-	// event is current by nature).
-	if source == workflows.SourceDiscovery && d.provisionedSince(ctx, identity, seenAt) {
+	// being provisioned and restarted: check each against the host's latest run first; likewise a
+	// startup event that waited in the queue.
+	late := source == workflows.SourceDiscovery || d.now().Sub(seenAt) > LateEvent
+	if late && d.provisionedSince(ctx, identity, seenAt) {
 		d.log.Debug("stale sweep sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
 		d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
 		return nil

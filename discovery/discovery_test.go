@@ -149,7 +149,8 @@ func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
 			&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, CloseTime: timestamppb.New(now.Add(-5 * time.Second))}, 1, 1},
 		{"late, never seen before", now.Add(-10 * time.Second), workflows.SourceDiscovery, nil, 1, 1},
 		{"provisioned a moment after the sweep began", now.Add(-2 * time.Second), workflows.SourceDiscovery, completed(now.Add(-time.Second)), 0, 1},
-		{"startup event: no check", now.Add(-10 * time.Second), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 1, 0},
+		{"prompt startup event: no check", now.Add(-100 * time.Millisecond), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 1, 0},
+		{"startup event that waited, provisioned since", now.Add(-10 * time.Second), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 0, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
