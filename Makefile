@@ -70,7 +70,7 @@ lint:
 
 ## bench: the benchmark scenarios (docs/performance.md) on the dev stack with a simulated fleet;
 ## BENCH_SCENARIOS=burst-1000,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test)
-BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,burst-10000
+BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
 	$(PROVISIONER) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
 

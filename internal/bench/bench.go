@@ -53,6 +53,8 @@ var Scenarios = []Scenario{
 	{Name: "burst-1000-local", Hosts: 1000, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
 	{Name: "steady-5", Hosts: 1500, Rate: 5, Timeout: 15 * time.Minute},
 	{Name: "flaky-5pct", Hosts: 1000, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
+	// the same failures at a steady 5 arrivals/s: recovery without a burst's queueing
+	{Name: "flaky-5pct-steady", Hosts: 1000, Rate: 5, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
 	{Name: "burst-10000", Hosts: 10000, Timeout: 90 * time.Minute},
 }
 
@@ -203,6 +205,9 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		if rest == sc.Hosts || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // interrupted: no half-measured result
 	}
 	end := time.Now()
 	c1 := map[string]float64{"prov": cpuSeconds(prov.Process.Pid), "temporal": cpuSeconds(temporalPID), "dev": cpuSeconds(dev.Process.Pid), "sim": cpuSeconds(sim.Process.Pid)}
