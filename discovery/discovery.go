@@ -249,16 +249,24 @@ func (d *Discoverer) handleEvent(ctx context.Context, data []byte, received time
 	_ = d.Sighted(ctx, id, workflows.SourceEvent, received)
 }
 
-// provisionedSince tells whether the host's latest run completed after seenAt: the sighting is
-// stale and must not start a new run against a server that has left provisioning mode. It reads
-// the run from the history service (not the rate-limited visibility store).
-func (d *Discoverer) provisionedSince(ctx context.Context, identity string, seenAt time.Time) bool {
+// alreadyHandled tells whether a sighting needs no new run nor signal: the host's run is open
+// (a sweep's signal would only count the sighting, at the cost of a history write and a workflow
+// task per pending host per sweep), or its latest run completed after seenAt (the sighting is
+// stale: the host was provisioned since and has left provisioning mode). It reads the host's
+// latest run from the history service, not the rate-limited visibility store.
+func (d *Discoverer) alreadyHandled(ctx context.Context, identity string, seenAt time.Time) (running, stale bool) {
 	resp, err := d.starter.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
 	if err != nil {
-		return false // none yet, or Temporal cannot say: start or signal as usual
+		return false, false // none yet, or Temporal cannot say: start or signal as usual
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED && info.GetCloseTime().AsTime().After(seenAt)
+	switch info.GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return true, false
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return false, info.GetCloseTime().AsTime().After(seenAt)
+	}
+	return false, false
 }
 
 // Sighted starts the host's workflow, or signals it when it runs already; seenAt is when the
@@ -268,11 +276,16 @@ func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenA
 	// sweep over thousands of hosts hands them over for many seconds while the hosts it found are
 	// being provisioned and restarted: check each against the host's latest run first; likewise a
 	// startup event that waited in the queue.
-	late := source == workflows.SourceDiscovery || d.now().Sub(seenAt) > LateEvent
-	if late && d.provisionedSince(ctx, identity, seenAt) {
-		d.log.Debug("stale sweep sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
-		d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
-		return nil
+	if source == workflows.SourceDiscovery || d.now().Sub(seenAt) > LateEvent {
+		running, stale := d.alreadyHandled(ctx, identity, seenAt)
+		if stale {
+			d.log.Debug("stale sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
+			d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
+			return nil
+		}
+		if running && source == workflows.SourceDiscovery {
+			return nil
+		}
 	}
 	in := d.opts.Input
 	in.Identity = identity

@@ -148,6 +148,10 @@ func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
 		{"late, failed since", now.Add(-10 * time.Second), workflows.SourceDiscovery,
 			&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, CloseTime: timestamppb.New(now.Add(-5 * time.Second))}, 1, 1},
 		{"late, never seen before", now.Add(-10 * time.Second), workflows.SourceDiscovery, nil, 1, 1},
+		{"sweep sighting of a running host: nothing to do", now.Add(-10 * time.Second), workflows.SourceDiscovery,
+			&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}, 0, 1},
+		{"late startup event of a running host: signalled", now.Add(-10 * time.Second), workflows.SourceEvent,
+			&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}, 1, 1},
 		{"provisioned a moment after the sweep began", now.Add(-2 * time.Second), workflows.SourceDiscovery, completed(now.Add(-time.Second)), 0, 1},
 		{"prompt startup event: no check", now.Add(-100 * time.Millisecond), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 1, 0},
 		{"startup event that waited, provisioned since", now.Add(-10 * time.Second), workflows.SourceEvent, completed(now.Add(-5 * time.Second)), 0, 1},
@@ -160,7 +164,11 @@ func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
 			require.NoError(t, d.Sighted(context.Background(), "n1", c.source, c.seenAt))
 			require.Len(t, s.calls, c.started)
 			require.Equal(t, c.described, s.described)
-			require.Equal(t, float64(1-c.started), testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
+			stale := 0.0
+			if c.started == 0 && c.latest.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+				stale = 1
+			}
+			require.Equal(t, stale, testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
 		})
 	}
 }
