@@ -5,7 +5,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,8 +25,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/procstat"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -90,7 +92,6 @@ type Result struct {
 	ProvisionerPeakRSSMiB   float64 `json:"provisioner_peak_rss_mib"`
 	TemporalPeakRSSMiB      float64 `json:"temporal_peak_rss_mib"`
 	SimulatorPeakRSSMiB     float64 `json:"simulator_peak_rss_mib"`
-	ProvisionerGoroutines   int     `json:"provisioner_peak_goroutines,omitempty"`
 
 	HistoryEventsPerHost float64 `json:"history_events_per_host"`
 	RunsPerHost          float64 `json:"runs_per_host"`
@@ -172,7 +173,7 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 	simArgs := append([]string{"fleet-sim", "--broker", brokerURL, "--provisioning-jwt", provJWT, "--token", token,
 		"--count", strconv.Itoa(sc.Hosts), "--prefix", "bench-", "--status", statusFile, "--rate", fmt.Sprint(sc.Rate)}, sc.SimArgs...)
 
-	c0 := map[string]float64{"prov": cpuSeconds(prov.Process.Pid), "temporal": cpuSeconds(temporalPID), "dev": cpuSeconds(dev.Process.Pid)}
+	c0 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid)}
 	began := time.Now()
 	sim, err := start(ctx, filepath.Join(dir, "sim.out"), nil, o.Self, simArgs...)
 	if err != nil {
@@ -188,16 +189,12 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 	}()
 
 	var st fleetsim.Status
-	peakG := 0
 	deadline := time.Now().Add(sc.Timeout)
 	lastLog := time.Now()
 	for {
 		time.Sleep(time.Second)
 		st = readStatus(statusFile)
 		conf, rest := count(st)
-		if g := goroutines(ports[1]); g > peakG {
-			peakG = g
-		}
 		if time.Since(lastLog) > 30*time.Second {
 			logf("%d/%d configured, %d restarted, %v", conf, sc.Hosts, rest, time.Since(began).Round(time.Second))
 			lastLog = time.Now()
@@ -210,7 +207,7 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		return nil, ctx.Err() // interrupted: no half-measured result
 	}
 	end := time.Now()
-	c1 := map[string]float64{"prov": cpuSeconds(prov.Process.Pid), "temporal": cpuSeconds(temporalPID), "dev": cpuSeconds(dev.Process.Pid), "sim": cpuSeconds(sim.Process.Pid)}
+	c1 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "sim": procstat.CPU(sim.Process.Pid)}
 
 	res := &Result{Scenario: sc.Name, Variant: variant, Hosts: sc.Hosts, ArrivalRate: sc.Rate, Machine: machine()}
 	var toConf, toRest, recovery []time.Duration
@@ -249,14 +246,13 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		res.RecoveryMs = &p
 	}
 	n := float64(max(res.Configured, 1))
-	res.ProvisionerCPUMsPerHost = round((c1["prov"]-c0["prov"])*1000/n, 1)
-	res.TemporalCPUMsPerHost = round((c1["temporal"]-c0["temporal"])*1000/n, 1)
-	res.BrokerCPUMsPerHost = round((c1["dev"]-c0["dev"])*1000/n, 1)
-	res.SimulatorCPUMsPerHost = round(c1["sim"]*1000/n, 1)
-	res.ProvisionerPeakRSSMiB = peakRSS(prov.Process.Pid)
-	res.TemporalPeakRSSMiB = peakRSS(temporalPID)
-	res.SimulatorPeakRSSMiB = peakRSS(sim.Process.Pid)
-	res.ProvisionerGoroutines = peakG
+	res.ProvisionerCPUMsPerHost = round(float64((c1["prov"]-c0["prov"]).Milliseconds())/n, 1)
+	res.TemporalCPUMsPerHost = round(float64((c1["temporal"]-c0["temporal"]).Milliseconds())/n, 1)
+	res.BrokerCPUMsPerHost = round(float64((c1["dev"]-c0["dev"]).Milliseconds())/n, 1)
+	res.SimulatorCPUMsPerHost = round(float64(c1["sim"].Milliseconds())/n, 1)
+	res.ProvisionerPeakRSSMiB = round(procstat.PeakRSSMiB(prov.Process.Pid), 0)
+	res.TemporalPeakRSSMiB = round(procstat.PeakRSSMiB(temporalPID), 0)
+	res.SimulatorPeakRSSMiB = round(procstat.PeakRSSMiB(sim.Process.Pid), 0)
 
 	if err := historyStats(ctx, fmt.Sprintf("127.0.0.1:%d", tport), res); err != nil {
 		logf("history statistics: %v", err)
@@ -266,7 +262,7 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 
 // historyStats counts runs per host over every run, and history events per host over a sample.
 func historyStats(ctx context.Context, address string, res *Result) error {
-	c, err := client.Dial(client.Options{HostPort: address, Logger: quietLogger{}})
+	c, err := client.Dial(client.Options{HostPort: address, Logger: logging.NewTemporal(zap.NewNop())})
 	if err != nil {
 		return err
 	}
@@ -432,58 +428,6 @@ func findPID(parts ...string) (int, error) {
 	return 0, fmt.Errorf("no process with %q", parts)
 }
 
-// cpuSeconds is user+system CPU of a process (and its reaped children) from /proc.
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var total float64
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		v, _ := strconv.ParseFloat(f[i], 64)
-		total += v
-	}
-	return total / 100 // USER_HZ
-}
-
-func peakRSS(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "VmHWM:") {
-			kb, _ := strconv.ParseFloat(strings.Fields(sc.Text())[1], 64)
-			return round(kb/1024, 0)
-		}
-	}
-	return 0
-}
-
-// goroutines reads go_goroutines from the provisioner's /metrics.
-func goroutines(port int) int {
-	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-	if err != nil {
-		return 0
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
-	fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-	sc := bufio.NewScanner(conn)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			n, _ := strconv.ParseFloat(v, 64)
-			return int(n)
-		}
-	}
-	return 0
-}
-
 func profile(port int, file string, seconds int) error {
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, seconds))
 	if err != nil {
@@ -545,10 +489,3 @@ func machine() string {
 	}
 	return fmt.Sprintf("%d cores (%s), %.0f GiB", numCPU(), model, mem)
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}

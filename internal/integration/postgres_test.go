@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/choria-temporal/provisioner/internal/devstack"
 	"github.com/choria-temporal/provisioner/internal/fleetsim"
 	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/procstat"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -43,7 +42,7 @@ func TestIntegrationFaultPostgresKillReplica(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return simCount(status(), func(h fleetsim.HostState) bool { return h.Configured }) >= hosts/4
 	}, 5*time.Minute, 200*time.Millisecond, "a quarter of the hosts were not configured")
-	killedCPU := treeCPU(first.Process.Pid)
+	killedCPU := procstat.TreeCPU(first.Process.Pid)
 	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
 	killed := time.Now()
 	atKill := simCount(status(), func(h fleetsim.HostState) bool { return h.Restarted })
@@ -51,9 +50,10 @@ func TestIntegrationFaultPostgresKillReplica(t *testing.T) {
 
 	st := waitSimDone(status, hosts, 10*time.Minute)
 	done := time.Now()
-	rss := map[string]string{"temporal-server": peakRSS(srv.PID()), "provisioner": peakRSS(second.Process.Pid)}
-	cpu := map[string]time.Duration{"temporal-server": treeCPU(srv.PID()), "postgres": treeCPU(srv.Postgres.PID()),
-		"provisioners": killedCPU + treeCPU(second.Process.Pid) + treeCPU(third.Process.Pid)}
+	mib := func(pid int) string { return fmt.Sprintf("%.0f MiB", procstat.PeakRSSMiB(pid)) }
+	rss := map[string]string{"temporal-server": mib(srv.PID()), "provisioner": mib(second.Process.Pid)}
+	cpu := map[string]time.Duration{"temporal-server": procstat.TreeCPU(srv.PID()), "postgres": procstat.TreeCPU(srv.Postgres.PID()),
+		"provisioners": killedCPU + procstat.TreeCPU(second.Process.Pid) + procstat.TreeCPU(third.Process.Pid)}
 	restarted := simCount(st, func(h fleetsim.HostState) bool { return h.Restarted })
 	// A host whose configure call reached it from a worker killed before it reported the result
 	// gets the same Configure step again from another worker (activities run at least once): the
@@ -160,57 +160,6 @@ func waitSimDone(status func() fleetsim.Status, n int, timeout time.Duration) fl
 		}
 		time.Sleep(time.Second)
 	}
-}
-
-// treeCPU is the user and system CPU time of a process and its descendants, live or reaped, from
-// /proc in clock ticks of 10 ms (PostgreSQL's backends are the postmaster's children in sessions
-// of their own, so a process group would miss them).
-func treeCPU(root int) time.Duration {
-	if root == 0 {
-		return 0
-	}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	children := map[int][]int{}
-	ticks := map[int]int64{}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		lp, rp := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if lp < 0 || rp < lp {
-			continue
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b[:lp])))
-		// after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-		fields := strings.Fields(string(b[rp+1:]))
-		if pid == 0 || len(fields) < 15 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		children[ppid] = append(children[ppid], pid)
-		for _, v := range fields[11:15] {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			ticks[pid] += n
-		}
-	}
-	var sum int64
-	for queue := []int{root}; len(queue) > 0; queue = queue[1:] {
-		sum += ticks[queue[0]]
-		queue = append(queue, children[queue[0]]...)
-	}
-	return time.Duration(sum) * 10 * time.Millisecond
-}
-
-// peakRSS is a process's peak resident set (VmHWM).
-func peakRSS(pid int) string {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "?"
 }
 
 // explainHost logs every run of a host with its activities (the type, the attempt and the worker

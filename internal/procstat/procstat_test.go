@@ -1,0 +1,20 @@
+package procstat
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestOwnProcess(t *testing.T) {
+	// burn some CPU in a child so that the tree has a descendant that has exited
+	require.NoError(t, exec.Command("sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done").Run())
+	pid := os.Getpid()
+	require.Greater(t, PeakRSSMiB(pid), 1.0)
+	require.GreaterOrEqual(t, TreeCPU(pid), CPU(pid))
+	require.Positive(t, CPU(pid))
+	require.Zero(t, CPU(-1))
+	require.Zero(t, PeakRSSMiB(-1))
+}
