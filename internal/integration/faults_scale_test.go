@@ -26,13 +26,7 @@ func TestIntegrationFaultScaleKillWorker(t *testing.T) {
 	status := e.startFleetSim(hosts, "--prefix", "scale-")
 	first := e.processProvisioner("replica-a")
 	require.Eventually(t, func() bool {
-		n := 0
-		for _, h := range status().Hosts {
-			if h.Configured {
-				n++
-			}
-		}
-		return n >= hosts/10
+		return simCount(status(), func(h fleetsim.HostState) bool { return h.Configured }) >= hosts/10
 	}, 120*time.Second, 200*time.Millisecond)
 	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
 	killed := time.Now()
@@ -71,15 +65,20 @@ func waitSimRestarted(t *testing.T, status func() fleetsim.Status, n int, timeou
 	var st fleetsim.Status
 	require.Eventually(t, func() bool {
 		st = status()
-		done := 0
-		for _, h := range st.Hosts {
-			if h.Restarted {
-				done++
-			}
-		}
-		return done == n
+		return simCount(st, func(h fleetsim.HostState) bool { return h.Restarted }) == n
 	}, timeout, time.Second)
 	return st
+}
+
+// simCount counts the simulated hosts for which f holds.
+func simCount(st fleetsim.Status, f func(fleetsim.HostState) bool) int {
+	n := 0
+	for _, h := range st.Hosts {
+		if f(h) {
+			n++
+		}
+	}
+	return n
 }
 
 // simTally returns how many simulated hosts were configured other than exactly once, and logs

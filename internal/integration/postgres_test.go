@@ -139,16 +139,6 @@ func startSQLTemporal(t *testing.T) *devstack.SQLTemporal {
 	return srv
 }
 
-func simCount(st fleetsim.Status, f func(fleetsim.HostState) bool) int {
-	n := 0
-	for _, h := range st.Hosts {
-		if f(h) {
-			n++
-		}
-	}
-	return n
-}
-
 // waitSimDone waits until n simulated hosts restarted or the time is up, and returns the last
 // status either way (the caller counts what was lost).
 func waitSimDone(status func() fleetsim.Status, n int, timeout time.Duration) fleetsim.Status {
