@@ -4,6 +4,7 @@
 # (Temporal on PostgreSQL, docs/deployment.md).
 BIN        := .bin
 PROVISIONER := $(BIN)/choria-provisioner
+DEV        := $(BIN)/choria-provisioner-dev
 TEMPORAL   := $(BIN)/temporal
 TEMPORAL_SERVER := $(BIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
@@ -30,11 +31,12 @@ tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 
 build: tools
 	go build -o $(PROVISIONER) ./cmd/choria-provisioner
+	go build -o $(DEV) ./cmd/choria-provisioner-dev
 	go build -o $(BIN)/example-helper ./cmd/example-helper
 
 ## run: the embedded default — Temporal dev server with Web UI, broker, provisioner, demo fleet
 run: build
-	$(PROVISIONER) dev $(ARGS)
+	$(DEV) dev $(ARGS)
 
 ## test: unit tests, then integration tests against real Temporal, broker and go-choria servers
 ## deps: Debian packages the tests need (installed when missing and running as root)
@@ -72,7 +74,7 @@ lint:
 ## BENCH_SCENARIOS=burst-1000,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test)
 BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
-	$(PROVISIONER) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
+	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
 
 clean:
 	rm -rf $(BIN) .state

@@ -1,4 +1,5 @@
-// Command choria-provisioner provisions Choria Servers through Temporal workflows.
+// Command choria-provisioner provisions Choria Servers through Temporal workflows. It is the
+// product binary: the dev stack, simulator and benchmark live in choria-provisioner-dev.
 package main
 
 import (
@@ -15,14 +16,6 @@ import (
 // version is set at build time with -ldflags "-X main.version=..."
 var version = "development"
 
-func selfPath() string {
-	p, err := os.Executable()
-	if err != nil {
-		return os.Args[0]
-	}
-	return p
-}
-
 // command is one subcommand: it declares its flags, then runs when chosen.
 type command interface {
 	register(app *fisk.Application)
@@ -36,19 +29,12 @@ func main() {
 	hosts := &hostsCommand{}
 	hosts.register(app)
 	commands := map[string]command{
-		"run":            &runCommand{},
-		"dev":            &devCommand{},
-		"setup":          &setupCommand{},
-		"codec-server":   &codecServerCommand{},
-		"fleet-sim":      &fleetSimCommand{},
-		"fleet-server":   &fleetServerCommand{},
-		"example-helper": &exampleHelperCommand{},
-		"credentials":    &credentialsCommand{},
-		"broker":         &brokerCommand{},
-		"bench":          &benchCommand{},
+		"run":          &runCommand{},
+		"setup":        &setupCommand{},
+		"codec-server": &codecServerCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"run", "dev", "setup", "codec-server", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker", "bench"} {
+	for _, name := range []string{"run", "setup", "codec-server"} {
 		commands[name].register(app)
 	}
 

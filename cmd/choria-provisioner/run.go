@@ -9,8 +9,6 @@ import (
 	"github.com/choria-io/fisk"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/config"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 
@@ -35,26 +33,8 @@ func (r *runCommand) register(app *fisk.Application) {
 	cmd.Flag("no-worker", "Run only discovery").UnNegatableBoolVar(&r.noWorker)
 }
 
-func loadConfig(file, choriaConfig string, debug bool) (*config.Config, *zap.Logger, error) {
-	cfg, err := config.Load(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	if choriaConfig != "" {
-		cfg.ChoriaConfig = choriaConfig
-	}
-	if debug {
-		cfg.Loglevel = "debug"
-	}
-	log, err := logging.New(cfg.Loglevel, cfg.Logfile)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cfg, log.With(zap.String(logging.FieldSite, cfg.Site)), nil
-}
-
 func (r *runCommand) run(ctx context.Context) error {
-	cfg, log, err := loadConfig(r.config, r.choriaConfig, r.debug)
+	cfg, log, err := service.LoadConfig(r.config, r.choriaConfig, r.debug)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ func (s *setupCommand) register(app *fisk.Application) {
 }
 
 func (s *setupCommand) run(ctx context.Context) error {
-	cfg, log, err := loadConfig(s.config, "", false)
+	cfg, log, err := service.LoadConfig(s.config, "", false)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/choria-temporal/provisioner/internal/examplehelper"
+	"github.com/choria-temporal/provisioner/internal/dev/examplehelper"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 

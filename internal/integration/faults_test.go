@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"

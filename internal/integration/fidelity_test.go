@@ -25,8 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/devstack"
-	"github.com/choria-temporal/provisioner/internal/examplehelper"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/examplehelper"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 

@@ -12,14 +12,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 )
 
 // startFleetSim runs `choria-provisioner fleet-sim` in its own process against the test's broker.
 func (e *env) startFleetSim(count int, args ...string) func() fleetsim.Status {
 	e.t.Helper()
 	status := filepath.Join(e.stack.Opts.Dir, "fleetsim.json")
-	cmd := exec.Command(selfBinary, append([]string{"fleet-sim", "--broker", e.stack.Broker.URL, "--provisioning-jwt", e.stack.Creds.ProvisioningJWT,
+	cmd := exec.Command(devBinary, append([]string{"fleet-sim", "--broker", e.stack.Broker.URL, "--provisioning-jwt", e.stack.Creds.ProvisioningJWT,
 		"--token", e.stack.Creds.Token, "--count", fmt.Sprint(count), "--status", status}, args...)...)
 	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, "fleetsim.out"))
 	require.NoError(e.t, err)

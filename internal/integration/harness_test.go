@@ -22,7 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/config"
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
@@ -58,7 +58,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	dir := t.TempDir()
 	ctx := context.Background()
 	opts := devstack.StackOptions{
-		Dir: dir, Self: selfBinary, TemporalAddress: temporalAddress, Servers: 0,
+		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {

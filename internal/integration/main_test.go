@@ -13,13 +13,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 )
 
-// shared across the package: one Temporal server, one build of the binary
+// shared across the package: one Temporal server, one build of the binaries
 var (
 	temporalAddress string
-	selfBinary      string
+	selfBinary      string // the product binary, choria-provisioner
+	devBinary       string // choria-provisioner-dev: fleet servers, simulator, example helper
 )
 
 func TestMain(m *testing.M) {
@@ -39,7 +40,8 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(tmp)
 
 	selfBinary = filepath.Join(tmp, "choria-provisioner")
-	build := exec.Command("go", "build", "-o", tmp, "./cmd/choria-provisioner", "./cmd/example-helper")
+	devBinary = filepath.Join(tmp, "choria-provisioner-dev")
+	build := exec.Command("go", "build", "-o", tmp, "./cmd/choria-provisioner", "./cmd/choria-provisioner-dev", "./cmd/example-helper")
 	build.Dir = filepath.Join("..", "..")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"

@@ -15,10 +15,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/devstack"
-	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/procstat"
 	"github.com/choria-temporal/provisioner/internal/operator"
-	"github.com/choria-temporal/provisioner/internal/procstat"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 

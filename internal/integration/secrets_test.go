@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 

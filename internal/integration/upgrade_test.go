@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -26,8 +26,8 @@ import (
 func buildUpgradeRepository(t *testing.T, version string) (repo string, binary string) {
 	t.Helper()
 	dir := t.TempDir()
-	binary = filepath.Join(dir, "choria-provisioner-"+version)
-	build := exec.Command("go", "build", "-ldflags", "-X github.com/choria-io/go-choria/build.Version="+version, "-o", binary, "./cmd/choria-provisioner")
+	binary = filepath.Join(dir, "choria-provisioner-dev-"+version)
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/choria-io/go-choria/build.Version="+version, "-o", binary, "./cmd/choria-provisioner-dev")
 	build.Dir = filepath.Join("..", "..")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))

@@ -6,8 +6,8 @@ import (
 
 	"github.com/choria-io/fisk"
 
-	"github.com/choria-temporal/provisioner/internal/devstack"
-	"github.com/choria-temporal/provisioner/internal/examplehelper"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/examplehelper"
 )
 
 // fleetServerCommand runs one real go-choria server of the demo fleet; `dev` and the tests start

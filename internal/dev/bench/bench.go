@@ -27,9 +27,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/procstat"
 	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/procstat"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -63,7 +63,7 @@ var Scenarios = []Scenario{
 // Options configure a benchmark run.
 type Options struct {
 	Self           string // this binary: dev stack, fleet-sim
-	ProvisionerBin string // the binary whose `run` is measured (default Self): before/after comparisons
+	ProvisionerBin string // the binary whose `run` is measured (default: choria-provisioner beside Self): before/after comparisons
 	Dir            string
 	Log            io.Writer
 }
@@ -122,7 +122,7 @@ func percentiles(d []time.Duration) Percentiles {
 // Run runs one scenario.
 func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, error) {
 	if o.ProvisionerBin == "" {
-		o.ProvisionerBin = o.Self
+		o.ProvisionerBin = filepath.Join(filepath.Dir(o.Self), "choria-provisioner")
 	}
 	dir := filepath.Join(o.Dir, sc.Name)
 	_ = os.RemoveAll(dir)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/choria-io/fisk"
 
-	"github.com/choria-temporal/provisioner/internal/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 )
 
 // fleetSimCommand runs many simulated servers in provisioning mode in one process. It must run in

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/codec"
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 
@@ -73,7 +73,7 @@ func (d *devCommand) run(ctx context.Context) error {
 	}
 	defer stack.Stop()
 
-	cfg, log, err := loadConfig(stack.ConfigFile, "", false)
+	cfg, log, err := service.LoadConfig(stack.ConfigFile, "", false)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (d *devCommand) run(ctx context.Context) error {
 			return err
 		}
 	}
-	token, err := readToken(tokenFile)
+	token, err := codec.ReadToken(tokenFile)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (d *devCommand) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := serveCodec(ctx, fmt.Sprintf("127.0.0.1:%d", d.codecPort), cd, token, []string{stack.UIURL()}); err != nil {
+	if _, err := codec.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", d.codecPort), cd, token, []string{stack.UIURL()}); err != nil {
 		return fmt.Errorf("codec server: %w", err)
 	}
 
@@ -101,6 +101,8 @@ func (d *devCommand) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// the operator commands are the product binary's, built beside this one
+	product := filepath.Join(filepath.Dir(self), "choria-provisioner")
 
 	fmt.Printf(`
   Temporal Web UI   %s/namespaces/default/workflows
@@ -117,7 +119,7 @@ func (d *devCommand) run(ctx context.Context) error {
 
 Press Ctrl-C to stop everything.
 `, stack.UIURL(), stack.TemporalAddress, stack.TemporalAddress, d.monitorPort, cfg.Logfile, stack.ConfigFile, stack.Fleet.Dir,
-		self, stack.ConfigFile, self, stack.ConfigFile, stack.AdminConfig,
+		product, stack.ConfigFile, product, stack.ConfigFile, stack.AdminConfig,
 		codecURL, tokenFile, stack.TemporalAddress, codecURL, tokenFile)
 
 	go reportProgress(ctx, stack, started, log)

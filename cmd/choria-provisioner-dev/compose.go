@@ -7,7 +7,7 @@ import (
 
 	"github.com/choria-io/fisk"
 
-	"github.com/choria-temporal/provisioner/internal/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 )
 
 // credentialsCommand makes an Organization Issuer site's credentials and the provisioner's

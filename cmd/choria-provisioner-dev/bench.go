@@ -8,7 +8,7 @@ import (
 
 	"github.com/choria-io/fisk"
 
-	"github.com/choria-temporal/provisioner/internal/bench"
+	"github.com/choria-temporal/provisioner/internal/dev/bench"
 )
 
 // benchCommand is `make bench`: each scenario on a fresh dev stack with a simulated fleet.
