@@ -76,7 +76,7 @@ type Config struct {
 	Insecure                   bool           `koanf:"choria_insecure"`   // accepted for compatibility
 	Site                       string         `koanf:"site"`              // label on every metric and search attribute
 	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
-	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port
+	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
 	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
 	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
 	LifecycleComponent         string         `koanf:"lifecycle_component"`
@@ -117,7 +117,6 @@ func defaults() map[string]any {
 		"rpc_timeout":         "10s",
 		"defer_delay":         "30s",
 		"site":                "default",
-		"monitor_address":     "127.0.0.1",
 		"lifecycle_component": "provision_mode_server",
 		"server_jwt_validity": "365d",
 		"temporal.address":    "127.0.0.1:7233",

@@ -45,6 +45,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "127.0.0.1:7233", cfg.Temporal.Address)
 	require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue)
 	require.Len(t, cfg.HelperCommand, 1)
+	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
