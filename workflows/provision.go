@@ -49,6 +49,8 @@ type provisioner struct {
 	transitionsOnly bool
 	// localReads: jwt, gen25519, inventory and sign run as local activities
 	localReads bool
+	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)
+	restartedAt time.Time
 }
 
 // ProvisionHost provisions one Choria Server: jwt -> gen25519 -> inventory -> helper -> sign ->
@@ -278,6 +280,7 @@ func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 	if err := p.step(ctx, StepRestart, activities.RestartName, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
 		return nil, err
 	}
+	p.restartedAt = workflow.Now(ctx)
 	// Stay open until the server has restarted out of provisioning mode (it waits splay+2 s, at
 	// most, then re-executes): a sighting made before the restart, delivered late, is absorbed
 	// here instead of starting a new run against a server that is about to leave.
@@ -432,7 +435,11 @@ func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*Provis
 		return nil, err
 	}
 	p.log.Info("host finished", "outcome", outcome)
-	return &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}, nil
+	res := &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}
+	if !p.restartedAt.IsZero() {
+		res.RestartedAt, res.RestartSplay = p.restartedAt, p.in.RestartSplay
+	}
+	return res, nil
 }
 
 // fail ends the workflow in the failed state with the reason: the failed step stays in
