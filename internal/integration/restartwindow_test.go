@@ -83,7 +83,9 @@ func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
 		hosts = append(hosts, m)
 	}
 	for _, m := range hosts {
-		require.Eventually(t, func() bool { return call(t, fw, "provisioning", m.Identity, "rpcutil", "ping", nil, time.Second) != nil },
+		require.Eventually(t, func() bool {
+			return call(t, fw, "provisioning", m.Identity, "rpcutil", "ping", nil, time.Second) != nil
+		},
 			30*time.Second, 200*time.Millisecond, "%s answers in provisioning mode", m.Identity)
 	}
 	t.Logf("provisioner down for %v", time.Since(stopped).Round(100*time.Millisecond))
