@@ -25,22 +25,6 @@ const (
 	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
 )
 
-// Error types carried by Temporal application errors, so the workflow and operators can classify
-// a failure without parsing its message.
-const (
-	ErrTypeRPC             = "RPCError"              // transport failure or no reply: retryable
-	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
-	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
-	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
-	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
-	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
-	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
-	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
-	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
-	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
-	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
-)
-
 // Attempted carries the activity attempt that produced a result, so the workflow's timeline can
 // show how many tries a step took (Temporal does not tell the workflow).
 type Attempted struct {
@@ -77,12 +61,22 @@ type ED25519Result struct {
 	Signature string `json:"signature"`
 }
 
+// ForHelper is the result as the helper contract has it: without the attempt.
+func (r *ED25519Result) ForHelper() *ED25519Result {
+	return &ED25519Result{PublicKey: r.PublicKey, Directory: r.Directory, Signature: r.Signature}
+}
+
 // CSRResult is what the helper gets as csr (pki feature).
 type CSRResult struct {
 	Attempted
 	CSR       string `json:"csr"`
 	PublicKey string `json:"public_key"`
 	SSLDir    string `json:"ssldir"`
+}
+
+// ForHelper is the result as the helper contract has it: without the attempt.
+func (r *CSRResult) ForHelper() *CSRResult {
+	return &CSRResult{CSR: r.CSR, PublicKey: r.PublicKey, SSLDir: r.SSLDir}
 }
 
 // InventoryResult is the rpcutil#inventory reply, kept as the JSON text the helper contract wants.
