@@ -25,6 +25,21 @@ const (
 	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
 )
 
+// Steps the activities serve, as the workflow's status, search attributes and every log line
+// name them (workflows re-exports them with its own states).
+const (
+	StepJWT       = "jwt"
+	StepGen25519  = "gen25519"
+	StepGencsr    = "gencsr"
+	StepInventory = "inventory"
+	StepHelper    = "helper"
+	StepSign      = "sign"
+	StepConfigure = "configure"
+	StepUpgrade   = "upgrade"
+	StepRestart   = "restart"
+	StepShutdown  = "shutdown"
+)
+
 // Attempted carries the activity attempt that produced a result, so the workflow's timeline can
 // show how many tries a step took (Temporal does not tell the workflow).
 type Attempted struct {
@@ -33,6 +48,8 @@ type Attempted struct {
 
 // GetAttempt returns the attempt that produced the result.
 func (a *Attempted) GetAttempt() int32 { return a.Attempt }
+
+func (a *Attempted) setAttempt(n int32) { a.Attempt = n }
 
 // HostInput addresses one host.
 type HostInput struct {
@@ -167,3 +184,11 @@ type MessageResult struct {
 	Attempted
 	Message string `json:"message"`
 }
+
+// HostIdentity names the host of each activity input (logs and errors).
+func (in HostInput) HostIdentity() string      { return in.Identity }
+func (in HelperRequest) HostIdentity() string  { return in.Input.Identity }
+func (in SignInput) HostIdentity() string      { return in.Identity }
+func (in ConfigureInput) HostIdentity() string { return in.Identity }
+func (in UpgradeInput) HostIdentity() string   { return in.Identity }
+func (in RestartInput) HostIdentity() string   { return in.Identity }

@@ -9,7 +9,8 @@ import (
 // Error types carried by Temporal application errors, so the workflow and operators can classify
 // a failure without parsing its message.
 const (
-	ErrTypeRPC             = "RPCError"              // transport failure or no reply: retryable
+	ErrTypeRPC             = "RPCError"              // the request could not be made or travel (broker, transport, ours): retryable
+	ErrTypeNoReply         = "NoReply"               // the request went out and the host did not answer in time: retryable
 	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
 	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
 	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
@@ -20,11 +21,12 @@ const (
 	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
 	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
 	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
+	ErrTypeTooLarge        = "InventoryTooLarge"     // the server's inventory exceeds MaxInventoryBytes: not retryable
 )
 
 // nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
 // the workflow's retry policies name them (NonRetryableErrorTypes).
-var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR}
+var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge}
 
 // NonRetryableErrorTypes lists the error types a retry policy must not retry.
 func NonRetryableErrorTypes() []string { return append([]string(nil), nonRetryable...) }
@@ -49,5 +51,5 @@ func Retryable(err error) bool {
 // IsNoReply is true when a step failed because the host never answered.
 func IsNoReply(err error) bool {
 	var app *temporal.ApplicationError
-	return errors.As(err, &app) && app.Type() == ErrTypeRPC
+	return errors.As(err, &app) && app.Type() == ErrTypeNoReply
 }

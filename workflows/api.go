@@ -9,6 +9,8 @@ import (
 	"unicode"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/choria-temporal/provisioner/activities"
 )
 
 // WorkflowName is the registered name of ProvisionHost.
@@ -68,18 +70,19 @@ const (
 	OutcomeShutdown    = "shutdown"
 )
 
-// Steps, in the order they run.
+// Steps, in the order they run (the activities' steps are named in their contract), and the
+// states between and after them.
 const (
-	StepJWT       = "jwt"
-	StepGen25519  = "gen25519"
-	StepGencsr    = "gencsr"
-	StepInventory = "inventory"
-	StepHelper    = "helper"
-	StepSign      = "sign"
-	StepConfigure = "configure"
-	StepUpgrade   = "upgrade"
-	StepRestart   = "restart"
-	StepShutdown  = "shutdown"
+	StepJWT       = activities.StepJWT
+	StepGen25519  = activities.StepGen25519
+	StepGencsr    = activities.StepGencsr
+	StepInventory = activities.StepInventory
+	StepHelper    = activities.StepHelper
+	StepSign      = activities.StepSign
+	StepConfigure = activities.StepConfigure
+	StepUpgrade   = activities.StepUpgrade
+	StepRestart   = activities.StepRestart
+	StepShutdown  = activities.StepShutdown
 	StepDeferred  = "deferred"
 	StepDone      = "done"
 )

@@ -223,8 +223,8 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		acts := activities.New(rpcFw, s.cfg, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
-		w.RegisterActivity(acts)
+		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
+		acts.Register(w)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
 		}
@@ -235,7 +235,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			// whatever the number of workers polling it: the limit holds fleet-wide
 			hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout, TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit,
 				MaxConcurrentActivityExecutionSize: wo.MaxConcurrentActivityExecutionSize})
-			hw.RegisterActivity(acts)
+			acts.Register(hw)
 			if err := hw.Start(); err != nil {
 				return fmt.Errorf("starting the helper worker: %w", err)
 			}
