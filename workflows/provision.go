@@ -240,6 +240,10 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 		if err := p.step(ctx, StepSign, sign, &conf.ServerJWT); err != nil {
 			return err
 		}
+		if exp, capped := activities.SignerCappedExpiry(conf.ServerJWT); capped {
+			p.status.Timeline[len(p.status.Timeline)-1].Note = fmt.Sprintf(
+				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))
+		}
 	}
 	var msg activities.MessageResult
 	if err := p.step(ctx, StepConfigure, conf, &msg); err != nil {
