@@ -46,6 +46,8 @@ type envOptions struct {
 	servers           int
 	helper            func(stack *devstack.Stack) string        // helper command line; nil: the example helper
 	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
+	failing           int                                       // the example helper refuses the first n servers (devstack.StackOptions.Failing)
+	uiCodecEndpoint   string                                    // the Web UI decodes through this codec server
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -61,6 +63,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts := devstack.StackOptions{
 		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
+		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()
