@@ -27,6 +27,11 @@ func (p *provisioner) step(ctx workflow.Context, step string, arg any, result an
 	}
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {
+		if req, ok := arg.(activities.HelperRequest); ok {
+			// the helper logs its failure as final only on the workflow's last try
+			req.Attempt, req.Attempts = attempt, spec.attempts
+			arg = req
+		}
 		err := p.runOnce(ctx, step, attempt, spec, arg, result)
 		if err == nil {
 			return nil
