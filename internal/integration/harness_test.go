@@ -45,7 +45,10 @@ type envOptions struct {
 	mode              string     // devstack.ModeIssuer (default) or ModePKI
 	extraConfig       string     // YAML appended to the provisioner's configuration
 	servers           int
-	helper            func(stack *devstack.Stack) string // helper command line; nil: the example helper
+	helper            func(stack *devstack.Stack) string        // helper command line; nil: the example helper
+	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
+	failing           int                                       // the example helper refuses the first n servers (devstack.StackOptions.Failing)
+	uiCodecEndpoint   string                                    // the Web UI decodes through this codec server
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -61,6 +64,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts := devstack.StackOptions{
 		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
+		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()
@@ -84,6 +88,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		_, err = f.WriteString(o.extraConfig)
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
+	}
+	if o.prepare != nil {
+		o.prepare(t, stack)
 	}
 	require.NoError(t, stack.Fleet.StartN(o.servers))
 
