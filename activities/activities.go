@@ -103,8 +103,24 @@ func (a *Activities) logger(ctx context.Context, identity, step string) *zap.Log
 		zap.String(logging.FieldStep, step), zap.Int32(logging.FieldAttempt, info.Attempt))
 }
 
-// finish turns an activity error into its Temporal form, counts it, and logs it.
+// finish turns an activity error into its Temporal form and logs it. provision_errors is not
+// counted here but once per run that ends failed (service's workflow interceptor): a step's last
+// failure does not always fail the host (a stale sighting, an optional upgrade, a shutdown).
 func (a *Activities) finish(ctx context.Context, identity, step string, err error) error {
+	return a.finishRetried(ctx, identity, step, err, noWorkflowRetry)
+}
+
+// Who retries a step: Temporal, by the activity's retry policy (every step but the helper), or
+// the workflow itself, one activity attempt per try (the helper), which then says whether this
+// try is its last.
+const (
+	noWorkflowRetry = iota
+	workflowRetries
+	lastWorkflowTry
+	workflowRetryUnknown
+)
+
+func (a *Activities) finishRetried(ctx context.Context, identity, step string, err error, workflowRetry int) error {
 	if err == nil {
 		return nil
 	}
@@ -115,18 +131,39 @@ func (a *Activities) finish(ctx context.Context, identity, step string, err erro
 		errors.As(err, &appErr)
 	}
 	info := activity.GetInfo(ctx)
-	last := appErr.NonRetryable()
-	// carry the attempt to the workflow's timeline
-	err = temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), temporal.ApplicationErrorOptions{
-		NonRetryable: appErr.NonRetryable(), Cause: errors.Unwrap(appErr), Details: []any{info.Attempt},
-	})
+	spent := false
 	if rp := info.RetryPolicy; rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts {
-		last = true
+		spent = true
 	}
-	if last {
-		a.metrics.ProvisionErrors.WithLabelValues(a.cfg.Site).Inc()
+	final := appErr.NonRetryable()
+	switch workflowRetry {
+	case noWorkflowRetry:
+		final = final || spent
+	case lastWorkflowTry:
+		final = true
+	}
+	notProvisioning := appErr.Type() == ErrTypeNotProvisioning
+	shutdownGone := step == "shutdown" && appErr.Type() == ErrTypeRPC && spent
+	opts := temporal.ApplicationErrorOptions{
+		// carry the attempt to the workflow's timeline
+		NonRetryable: appErr.NonRetryable(), Cause: errors.Unwrap(appErr), Details: []any{info.Attempt},
+	}
+	if !final || notProvisioning || shutdownGone {
+		// a try that is retried, or an expected end: the SDK logs it at debug, not error
+		opts.Category = temporal.ApplicationErrorCategoryBenign
+	}
+	err = temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), opts)
+	switch {
+	case notProvisioning:
+		// the workflow decides: a stale sighting of a provisioned host, or a failure it reports
+		log.Info("the server is not in provisioning mode", zap.Error(err))
+	case shutdownGone:
+		log.Warn("no reply to shutdown: a server exits at once when its splay is 0 s", zap.Error(err))
+	case final:
 		log.Error("step failed, no retries left", zap.Error(err))
-	} else {
+	case workflowRetry == workflowRetryUnknown:
+		log.Warn("step failed", zap.Error(err))
+	default:
 		log.Warn("step failed, will retry", zap.Error(err))
 	}
 	return err
@@ -331,7 +368,14 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 
 // RunHelper runs the site helper for one host.
 func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *HelperOutput, err error) {
-	defer func() { err = a.finish(ctx, req.Input.Identity, "helper", err) }()
+	retry := workflowRetryUnknown
+	switch {
+	case req.Attempts > 0 && req.Attempt < req.Attempts:
+		retry = workflowRetries
+	case req.Attempts > 0:
+		retry = lastWorkflowTry
+	}
+	defer func() { err = a.finishRetried(ctx, req.Input.Identity, "helper", err, retry) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
 	input := req.Input

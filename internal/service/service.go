@@ -216,6 +216,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		if s.opts.WorkerOptions != nil {
 			wo = *s.opts.WorkerOptions
 		}
+		wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
