@@ -27,7 +27,6 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/codec"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -99,24 +98,6 @@ func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, e
 		return nil, nil, err
 	}
 	return codec.DataConverter(c), c, nil
-}
-
-// DialTemporal connects to the configured Temporal frontend.
-func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
-	dc, _, err := DataConverter(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:      cfg.Temporal.Address,
-		Namespace:     cfg.Temporal.Namespace,
-		Logger:        logging.NewTemporal(log.Named("temporal")),
-		DataConverter: dc,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
-	}
-	return c, nil
 }
 
 // DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
