@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -68,7 +69,7 @@ type Temporal struct {
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
 // Provisioner's, spelled as it spells them.
 type Config struct {
-	Workers                    int            `koanf:"workers"`           // accepted; Temporal's worker options replace it
+	Workers                    int            `koanf:"workers"`           // hosts whose helper runs at once in this process; 0: the number of CPUs
 	Interval                   string         `koanf:"interval"`          // discovery sweep period, minimum 1m
 	Logfile                    string         `koanf:"logfile"`           // empty or "-": stderr
 	Loglevel                   string         `koanf:"loglevel"`          // debug, info, warn, error
@@ -115,7 +116,6 @@ var DefaultCertDenyList = []string{`\.privileged.mcollective$`, `\.privileged.ch
 
 func defaults() map[string]any {
 	return map[string]any{
-		"workers":             4,
 		"interval":            "1m",
 		"loglevel":            "info",
 		"helper_timeout":      "10s",
@@ -231,6 +231,14 @@ func (c *Config) validate() error {
 
 	if c.Site == "" {
 		return invalid("site", "must not be empty")
+	}
+	// as the Choria Provisioner: how many hosts one process works on at once, the number of CPUs
+	// unless set; here it bounds the helper runs, the step that runs the site's own code
+	if c.Workers < 0 {
+		return invalid("workers", "%d is negative; 0 means the number of CPUs", c.Workers)
+	}
+	if c.Workers == 0 {
+		c.Workers = runtime.NumCPU()
 	}
 	if c.HelperRateLimit < 0 {
 		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
@@ -387,12 +395,10 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// HelperTaskQueue is where helper calls go when helper_rate_limit is set: a task queue of their
-// own, whose activity rate Temporal's matching service limits across every worker polling it.
-// Empty when calls are not limited (they share the main task queue).
+// HelperTaskQueue is where helper calls go: a task queue of their own, which each process polls
+// with at most workers helper runs at once (so a busy process leaves the next host's helper to
+// one with room), and whose dispatch rate Temporal's matching service limits across every
+// worker when helper_rate_limit is set.
 func (c *Config) HelperTaskQueue() string {
-	if c.HelperRateLimit <= 0 {
-		return ""
-	}
 	return c.Temporal.TaskQueue + "-helper"
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue)
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
+	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
+	require.Equal(t, "choria-provisioner-helper", cfg.HelperTaskQueue())
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
@@ -118,6 +121,7 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"helper_timeout: -1s\n":                            "helper_timeout",
 		"temporal: {codec_key_file: /nonexistent/key}\n":   "temporal.codec_key_file",
 		"monitor_port: 70000\n":                            "monitor_port",
+		"workers: -1\n":                                    "workers",
 	}
 	for body, key := range cases {
 		_, err := Load(writeConfig(t, body))

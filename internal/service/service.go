@@ -229,18 +229,22 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		}
 		defer w.Stop()
 		s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
-		if hq := s.cfg.HelperTaskQueue(); hq != "" {
-			// Temporal's matching service dispatches this queue's tasks at most this often,
-			// whatever the number of workers polling it: the limit holds fleet-wide
-			hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout, TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit,
-				MaxConcurrentActivityExecutionSize: wo.MaxConcurrentActivityExecutionSize})
-			acts.Register(hw)
-			if err := hw.Start(); err != nil {
-				return fmt.Errorf("starting the helper worker: %w", err)
-			}
-			defer hw.Stop()
-			s.log.Info("helper calls rate limited", zap.String("task_queue", hq), zap.Float64("per_second", s.cfg.HelperRateLimit))
+		// helper runs on a task queue of their own: each process takes at most workers at once
+		// (the Choria Provisioner's meaning of workers), so the next host's helper waits in
+		// Temporal for whichever process has room; helper_rate_limit caps the queue fleet-wide
+		hq := s.cfg.HelperTaskQueue()
+		ho := worker.Options{WorkerStopTimeout: DrainTimeout, MaxConcurrentActivityExecutionSize: s.cfg.Workers}
+		if s.cfg.HelperRateLimit > 0 {
+			ho.TaskQueueActivitiesPerSecond = s.cfg.HelperRateLimit
 		}
+		hw := worker.New(tc, hq, ho)
+		acts.Register(hw)
+		if err := hw.Start(); err != nil {
+			return fmt.Errorf("starting the helper worker: %w", err)
+		}
+		defer hw.Stop()
+		s.log.Info("helper worker polling", zap.String("task_queue", hq), zap.Int("workers", s.cfg.Workers),
+			zap.Float64("per_second", s.cfg.HelperRateLimit))
 	}
 	if s.opts.Discovery {
 		d := discovery.New(fw, tc, discovery.Options{
