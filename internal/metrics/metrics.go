@@ -51,8 +51,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 	}
 	m := &Metrics{
 		Site:             site,
-		Discovered:       counter("discovered", "Nodes found by discovery sweeps"),
-		EventDiscovered:  counter("event_discovered", "Nodes found by lifecycle startup events"),
+		Discovered:       counter("discovered", "Nodes a discovery sweep handed over for provisioning (not those a run already works on)"),
+		EventDiscovered:  counter("event_discovered", "Nodes handed over for provisioning on their lifecycle startup event"),
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
