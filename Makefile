@@ -11,7 +11,7 @@ TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools run test test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
+.PHONY: all deps build tools run test test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
 
 all: build
 
@@ -75,6 +75,11 @@ lint:
 BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
 	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
+
+## bench-small-fleet: provisioner start to 10 real waiting servers connected, 5 runs (docs/performance.md);
+## BEFORE_BIN=path adds another build of this project, ORIGINAL_BIN=path the Choria Provisioner
+bench-small-fleet: build
+	$(DEV) small-fleet --breakdown --target "this build=$(PROVISIONER)" $(if $(BEFORE_BIN),--target "before=$(BEFORE_BIN)") $(if $(ORIGINAL_BIN),--original "Choria Provisioner=$(ORIGINAL_BIN)")
 
 clean:
 	rm -rf $(BIN) .state
