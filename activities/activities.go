@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	cpc "github.com/choria-io/go-choria/client/choria_provisionclient"
-	"github.com/choria-io/go-choria/client/rpcutilclient"
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
 	"go.temporal.io/sdk/activity"
@@ -33,6 +31,7 @@ type Activities struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	runs    RunHistory
+	caller  rpcCaller
 }
 
 // RunHistory answers, from Temporal, whether a host's workflow had a run that completed after a
@@ -87,7 +86,32 @@ func New(fw inter.Framework, cfg *config.Config, m *metrics.Metrics, log *zap.Lo
 	for _, o := range opts {
 		o(a)
 	}
+	a.caller = newCaller(fw, log)
 	return a
+}
+
+// newCaller is the RPC client for fw: requests built and signed here for protocol v2 sites,
+// go-choria's client for the others.
+func newCaller(fw inter.Framework, log *zap.Logger) rpcCaller {
+	ddls, err := loadDDLs()
+	if err != nil {
+		// go-choria's embedded DDLs: broken only with the module; every RPC then says why
+		return failingCaller{err}
+	}
+	direct, err := newDirectClient(fw, ddls)
+	if err != nil && log != nil {
+		log.Warn("building Choria requests with go-choria's client", zap.Error(err))
+	}
+	if direct != nil {
+		return direct
+	}
+	return &goChoriaClient{fw: fw, ddls: ddls}
+}
+
+// messageResult is the reply of an action whose only output is a message.
+func messageResult(ctx context.Context, r *rpcReply) (*MessageResult, error) {
+	msg, _ := r.data["message"].(string)
+	return &MessageResult{Message: msg, Attempted: attempted(ctx)}, nil
 }
 
 // replyDetails is what the generated clients' ResultDetails have in common.
@@ -190,57 +214,47 @@ func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	}
 }
 
-// resulter is an output of go-choria's generated clients: each carries its reply details.
-type resulter[D replyDetails] interface{ ResultDetails() D }
-
 // rpc runs one request addressed to identity within timeout, checks that exactly one OK reply
 // came from it, records the rpc metrics, and returns that reply.
-func rpc[O resulter[D], D replyDetails](ctx context.Context, a *Activities, identity, name string, timeout time.Duration, do func(context.Context) ([]O, error)) (O, error) {
-	var zero O
+func (a *Activities) rpc(ctx context.Context, identity, agentName, action string, timeout time.Duration, args map[string]any) (*rpcReply, error) {
+	name := agentName + "#" + action
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	outs, err := do(rctx)
-	if err == nil {
-		details := make([]replyDetails, len(outs))
-		for i, o := range outs {
-			details[i] = o.ResultDetails()
+	replies, err := a.caller.call(rctx, identity, agentName, action, args)
+	switch {
+	case errors.Is(err, errUndecodable):
+		err = temporal.NewApplicationError(fmt.Sprintf("%s: %v", name, err), ErrTypeBadReply)
+	case err == nil:
+		details := make([]replyDetails, len(replies))
+		for i, r := range replies {
+			details[i] = r
 		}
 		err = a.one(identity, name, details)
 	}
 	a.metrics.ObserveRPC(name, start, err)
 	if err != nil {
-		return zero, err
-	}
-	return outs[0], nil
-}
-
-// callProvision calls a choria_provision action on one host with the RPC timeout.
-func callProvision[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, req func(context.Context, *cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
-	return callWithin(ctx, a, identity, action, a.cfg.RPCTimeoutDuration, req)
-}
-
-func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, timeout time.Duration, req func(context.Context, *cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
-	return rpc(ctx, a, identity, "choria_provision#"+action, timeout, func(ctx context.Context) ([]O, error) {
-		// a client per call: the generated clients' option setters mutate them
-		pc, err := cpc.New(a.fw)
-		if err != nil {
-			return nil, err
-		}
-		// one reply is expected: one receiver, not rpcclient's default of three subscriptions
-		return req(ctx, pc.OptionTargets([]string{identity}).OptionWorkers(1))
-	})
-}
-
-// do adapts a generated requester's Do to the outputs rpc wants.
-func do[R interface{ AllOutputs() []O }, O any](ctx context.Context, r interface {
-	Do(context.Context) (R, error)
-}) ([]O, error) {
-	res, err := r.Do(ctx)
-	if err != nil {
 		return nil, err
 	}
-	return res.AllOutputs(), nil
+	return replies[0], nil
+}
+
+// provision calls a choria_provision action on one host with the RPC timeout.
+func (a *Activities) provision(ctx context.Context, identity, action string, args map[string]any) (*rpcReply, error) {
+	return a.rpc(ctx, identity, "choria_provision", action, a.cfg.RPCTimeoutDuration, args)
+}
+
+// outputs reads string outputs of a reply; a missing one is a bad reply.
+func outputs(name string, r *rpcReply, keys ...string) ([]string, error) {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		v, err := r.str(k)
+		if err != nil {
+			return nil, temporal.NewApplicationError(fmt.Sprintf("%s: %v", name, err), ErrTypeBadReply)
+		}
+		out[i] = v
+	}
+	return out, nil
 }
 
 // FetchJWT calls choria_provision#jwt and verifies the JWT against jwt_verify_cert.
@@ -248,19 +262,21 @@ func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (res *JWTResult
 	defer func() { err = a.finish(ctx, in.Identity, "jwt", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	reply, err := callProvision(ctx, a, in.Identity, "jwt", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.JwtOutput, error) {
-		return do[*cpc.JwtResult, *cpc.JwtOutput](ctx, pc.Jwt(a.cfg.Token))
-	})
+	reply, err := a.provision(ctx, in.Identity, "jwt", map[string]any{"token": a.cfg.Token})
 	if err != nil {
 		return nil, a.stale(ctx, in, err)
 	}
-	claims, err := VerifyProvisioningJWT(reply.Jwt(), a.cfg.JWTVerifyCert)
+	out, err := outputs("choria_provision#jwt", reply, "jwt", "ecdh_public")
+	if err != nil {
+		return nil, err
+	}
+	claims, err := VerifyProvisioningJWT(out[0], a.cfg.JWTVerifyCert)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeInvalidJWT, err)
 	}
 	had := claims.Token != ""
 	claims.Token = ""
-	return &JWTResult{Claims: claims, ECDHPublic: reply.EcdhPublic(), HadToken: had, Attempted: attempted(ctx)}, nil
+	return &JWTResult{Claims: claims, ECDHPublic: out[1], HadToken: had, Attempted: attempted(ctx)}, nil
 }
 
 // Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
@@ -274,16 +290,18 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (res *ED25519Re
 		return nil, err
 	}
 	nonce := hex.EncodeToString(nb)
-	r, err := callProvision(ctx, a, in.Identity, "gen25519", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.Gen25519Output, error) {
-		return do[*cpc.Gen25519Result, *cpc.Gen25519Output](ctx, pc.Gen25519(nonce, a.cfg.Token))
-	})
+	r, err := a.provision(ctx, in.Identity, "gen25519", map[string]any{"nonce": nonce, "token": a.cfg.Token})
 	if err != nil {
 		return nil, a.stale(ctx, in, err)
 	}
-	if err := VerifyNonceSignature(r.PublicKey(), r.Signature(), nonce); err != nil {
+	out, err := outputs("choria_provision#gen25519", r, "public_key", "directory", "signature")
+	if err != nil {
+		return nil, err
+	}
+	if err := VerifyNonceSignature(out[0], out[2], nonce); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadSignature, err)
 	}
-	return &ED25519Result{PublicKey: r.PublicKey(), Directory: r.Directory(), Signature: r.Signature(), Attempted: attempted(ctx)}, nil
+	return &ED25519Result{PublicKey: out[0], Directory: out[1], Signature: out[2], Attempted: attempted(ctx)}, nil
 }
 
 // Gencsr asks the server for a key and CSR with its identity as common name (pki feature) and
@@ -292,16 +310,18 @@ func (a *Activities) Gencsr(ctx context.Context, in HostInput) (res *CSRResult, 
 	defer func() { err = a.finish(ctx, in.Identity, "gencsr", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := callProvision(ctx, a, in.Identity, "gencsr", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.GencsrOutput, error) {
-		return do[*cpc.GencsrResult, *cpc.GencsrOutput](ctx, pc.Gencsr(a.cfg.Token).Cn(in.Identity))
-	})
+	r, err := a.provision(ctx, in.Identity, "gencsr", map[string]any{"token": a.cfg.Token, "cn": in.Identity})
 	if err != nil {
 		return nil, err
 	}
-	if err := ValidateCSR(r.Csr(), in.Identity, a.cfg.CertDenyList); err != nil {
+	out, err := outputs("choria_provision#gencsr", r, "csr", "public_key", "ssldir")
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateCSR(out[0], in.Identity, a.cfg.CertDenyList); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeCSR, err)
 	}
-	return &CSRResult{CSR: r.Csr(), PublicKey: r.PublicKey(), SSLDir: r.Ssldir(), Attempted: attempted(ctx)}, nil
+	return &CSRResult{CSR: out[0], PublicKey: out[1], SSLDir: out[2], Attempted: attempted(ctx)}, nil
 }
 
 // Inventory calls rpcutil#inventory.
@@ -309,24 +329,24 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 	defer func() { err = a.finish(ctx, in.Identity, "inventory", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := rpc(ctx, a, in.Identity, "rpcutil#inventory", a.cfg.RPCTimeoutDuration, func(ctx context.Context) ([]*rpcutilclient.InventoryOutput, error) {
-		rc, err := rpcutilclient.New(a.fw)
-		if err != nil {
-			return nil, err
-		}
-		return do[*rpcutilclient.InventoryResult, *rpcutilclient.InventoryOutput](ctx, rc.OptionTargets([]string{in.Identity}).OptionWorkers(1).Inventory())
-	})
+	r, err := a.rpc(ctx, in.Identity, "rpcutil", "inventory", a.cfg.RPCTimeoutDuration, map[string]any{})
 	if err != nil {
 		return nil, a.stale(ctx, in, err)
 	}
-	j, err := r.JSON()
+	version, vok := r.data["version"].(string)
+	upgradable, uok := r.data["upgradable"].(bool)
+	if !vok || !uok {
+		return nil, temporal.NewApplicationError(fmt.Sprintf("rpcutil#inventory: reply from %s has no version or upgradable", r.sender), ErrTypeBadReply)
+	}
+	// the helper gets the inventory as go-choria's generated client encodes its output
+	j, err := json.Marshal(r.data)
 	if err != nil {
 		return nil, temporal.NewApplicationError(fmt.Sprintf("rpcutil#inventory: cannot encode inventory: %v", err), ErrTypeBadReply)
 	}
 	if err := checkInventorySize(len(j)); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadReply, err)
 	}
-	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable(), Attempted: attempted(ctx)}, nil
+	return &InventoryResult{Inventory: string(j), Version: version, Upgradable: upgradable, Attempted: attempted(ctx)}, nil
 }
 
 // RunHelper runs the site helper for one host.
@@ -391,35 +411,33 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (res *Mes
 			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConfig, err)
 		}
 	}
-	r, err := callProvision(ctx, a, in.Identity, "configure", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ConfigureOutput, error) {
-		req := pc.Configure(string(cj)).Token(a.cfg.Token)
-		if in.Certificate != "" {
-			req = req.Certificate(in.Certificate)
-		}
-		if in.CA != "" {
-			req = req.Ca(in.CA)
-		}
-		if in.SSLDir != "" {
-			req = req.Ssldir(in.SSLDir)
-		}
-		if key != "" {
-			req = req.Key(key).EcdhPublic(keyECDH)
-		}
-		if in.ServerJWT != "" {
-			req = req.ServerJwt(in.ServerJWT)
-		}
-		if len(in.ActionPolicies) > 0 {
-			req = req.ActionPolicies(anyMap(in.ActionPolicies))
-		}
-		if len(in.OPAPolicies) > 0 {
-			req = req.OpaPolicies(anyMap(in.OPAPolicies))
-		}
-		return do[*cpc.ConfigureResult, *cpc.ConfigureOutput](ctx, req)
-	})
+	args := map[string]any{"config": string(cj), "token": a.cfg.Token}
+	if in.Certificate != "" {
+		args["certificate"] = in.Certificate
+	}
+	if in.CA != "" {
+		args["ca"] = in.CA
+	}
+	if in.SSLDir != "" {
+		args["ssldir"] = in.SSLDir
+	}
+	if key != "" {
+		args["key"], args["ecdh_public"] = key, keyECDH
+	}
+	if in.ServerJWT != "" {
+		args["server_jwt"] = in.ServerJWT
+	}
+	if len(in.ActionPolicies) > 0 {
+		args["action_policies"] = anyMap(in.ActionPolicies)
+	}
+	if len(in.OPAPolicies) > 0 {
+		args["opa_policies"] = anyMap(in.OPAPolicies)
+	}
+	r, err := a.provision(ctx, in.Identity, "configure", args)
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
+	return messageResult(ctx, r)
 }
 
 // Restart asks the server to restart into its new configuration.
@@ -427,15 +445,13 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (res *Message
 	defer func() { err = a.finish(ctx, in.Identity, "restart", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := callProvision(ctx, a, in.Identity, "restart", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.RestartOutput, error) {
-		return do[*cpc.RestartResult, *cpc.RestartOutput](ctx, pc.Restart(a.cfg.Token).Splay(float64(in.Splay)))
-	})
+	r, err := a.provision(ctx, in.Identity, "restart", map[string]any{"token": a.cfg.Token, "splay": float64(in.Splay)})
 	if err != nil {
 		return nil, err
 	}
 	a.metrics.Provisioned.WithLabelValues(a.cfg.Site).Inc()
 	a.logger(ctx, in.Identity, "restart").Info("provisioned")
-	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
+	return messageResult(ctx, r)
 }
 
 // ReleaseUpdate asks the server to update its binary with choria_provision#release_update; the
@@ -448,13 +464,12 @@ func (a *Activities) ReleaseUpdate(ctx context.Context, in UpgradeInput) (res *M
 		return nil, temporal.NewNonRetryableApplicationError("upgrades_repository is not configured", ErrTypeConfig, nil)
 	}
 	// downloading and verifying a binary takes longer than an ordinary RPC
-	r, err := callWithin(ctx, a, in.Identity, "release_update", 3*a.cfg.RPCTimeoutDuration, func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ReleaseUpdateOutput, error) {
-		return do[*cpc.ReleaseUpdateResult, *cpc.ReleaseUpdateOutput](ctx, pc.ReleaseUpdate(a.cfg.UpgradesRepository, a.cfg.Token, in.Version))
-	})
+	r, err := a.rpc(ctx, in.Identity, "choria_provision", "release_update", 3*a.cfg.RPCTimeoutDuration,
+		map[string]any{"repository": a.cfg.UpgradesRepository, "token": a.cfg.Token, "version": in.Version})
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
+	return messageResult(ctx, r)
 }
 
 // Shutdown asks the server to shut down (the helper's decision).
@@ -462,13 +477,11 @@ func (a *Activities) Shutdown(ctx context.Context, in HostInput) (res *MessageRe
 	defer func() { err = a.finish(ctx, in.Identity, "shutdown", err) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
-	r, err := callProvision(ctx, a, in.Identity, "shutdown", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ShutdownOutput, error) {
-		return do[*cpc.ShutdownResult, *cpc.ShutdownOutput](ctx, pc.Shutdown(a.cfg.Token))
-	})
+	r, err := a.provision(ctx, in.Identity, "shutdown", map[string]any{"token": a.cfg.Token})
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: r.Message(), Attempted: attempted(ctx)}, nil
+	return messageResult(ctx, r)
 }
 
 // MaxInventoryBytes keeps an inventory well inside Temporal's payload limit (2 MiB by default),
