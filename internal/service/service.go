@@ -101,15 +101,21 @@ func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, e
 
 // DialTemporal connects to the configured Temporal frontend.
 func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
+	return dialTemporal(ctx, cfg, log, nil)
+}
+
+// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none).
+func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler) (client.Client, error) {
 	dc, _, err := DataConverter(cfg)
 	if err != nil {
 		return nil, err
 	}
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:      cfg.Temporal.Address,
-		Namespace:     cfg.Temporal.Namespace,
-		Logger:        logging.NewTemporal(log.Named("temporal")),
-		DataConverter: dc,
+		HostPort:       cfg.Temporal.Address,
+		Namespace:      cfg.Temporal.Namespace,
+		Logger:         logging.NewTemporal(log.Named("temporal")),
+		DataConverter:  dc,
+		MetricsHandler: mh,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
@@ -155,6 +161,9 @@ type Service struct {
 	MonitorAddress string
 	discoverer     *discovery.Discoverer
 }
+
+// Registry is where the service's series are collected (served on /metrics).
+func (s *Service) Registry() *prometheus.Registry { return s.opts.Registry }
 
 // Sweep runs a discovery sweep now (operators and tests; Run sweeps every interval anyway).
 func (s *Service) Sweep(ctx context.Context) (int, error) {
@@ -206,7 +215,13 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if err != nil {
 		return err
 	}
-	tc, err := DialTemporal(ctx, s.cfg, s.log)
+	// the SDK's own signals (schedule-to-start, slots, pollers) beside ours on /metrics
+	mh, stopMetrics, err := metrics.TemporalHandler(s.opts.Registry, s.log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	tc, err := dialTemporal(ctx, s.cfg, s.log, mh)
 	if err != nil {
 		return err
 	}
