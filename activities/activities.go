@@ -93,6 +93,9 @@ func New(fw inter.Framework, cfg *config.Config, m *metrics.Metrics, log *zap.Lo
 // newCaller is the RPC client for fw: requests built and signed here for protocol v2 sites,
 // go-choria's client for the others.
 func newCaller(fw inter.Framework, log *zap.Logger) rpcCaller {
+	if fw == nil {
+		return failingCaller{errors.New("no Choria framework to send requests with")}
+	}
 	ddls, err := loadDDLs()
 	if err != nil {
 		// go-choria's embedded DDLs: broken only with the module; every RPC then says why
@@ -127,8 +130,24 @@ func (a *Activities) logger(ctx context.Context, identity, step string) *zap.Log
 		zap.String(logging.FieldStep, step), zap.Int32(logging.FieldAttempt, info.Attempt))
 }
 
-// finish turns an activity error into its Temporal form, counts it, and logs it.
+// finish turns an activity error into its Temporal form and logs it. provision_errors is not
+// counted here but once per run that ends failed (service's workflow interceptor): a step's last
+// failure does not always fail the host (a stale sighting, an optional upgrade, a shutdown).
 func (a *Activities) finish(ctx context.Context, identity, step string, err error) error {
+	return a.finishRetried(ctx, identity, step, err, noWorkflowRetry)
+}
+
+// Who retries a step: Temporal, by the activity's retry policy (every step but the helper), or
+// the workflow itself, one activity attempt per try (the helper), which then says whether this
+// try is its last.
+const (
+	noWorkflowRetry = iota
+	workflowRetries
+	lastWorkflowTry
+	workflowRetryUnknown
+)
+
+func (a *Activities) finishRetried(ctx context.Context, identity, step string, err error, workflowRetry int) error {
 	if err == nil {
 		return nil
 	}
@@ -139,18 +158,39 @@ func (a *Activities) finish(ctx context.Context, identity, step string, err erro
 		errors.As(err, &appErr)
 	}
 	info := activity.GetInfo(ctx)
-	last := appErr.NonRetryable()
-	// carry the attempt to the workflow's timeline
-	err = temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), temporal.ApplicationErrorOptions{
-		NonRetryable: appErr.NonRetryable(), Cause: errors.Unwrap(appErr), Details: []any{info.Attempt},
-	})
+	spent := false
 	if rp := info.RetryPolicy; rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts {
-		last = true
+		spent = true
 	}
-	if last {
-		a.metrics.ProvisionErrors.WithLabelValues(a.cfg.Site).Inc()
+	final := appErr.NonRetryable()
+	switch workflowRetry {
+	case noWorkflowRetry:
+		final = final || spent
+	case lastWorkflowTry:
+		final = true
+	}
+	notProvisioning := appErr.Type() == ErrTypeNotProvisioning
+	shutdownGone := step == "shutdown" && appErr.Type() == ErrTypeRPC && spent
+	opts := temporal.ApplicationErrorOptions{
+		// carry the attempt to the workflow's timeline
+		NonRetryable: appErr.NonRetryable(), Cause: errors.Unwrap(appErr), Details: []any{info.Attempt},
+	}
+	if !final || notProvisioning || shutdownGone {
+		// a try that is retried, or an expected end: the SDK logs it at debug, not error
+		opts.Category = temporal.ApplicationErrorCategoryBenign
+	}
+	err = temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), opts)
+	switch {
+	case notProvisioning:
+		// the workflow decides: a stale sighting of a provisioned host, or a failure it reports
+		log.Info("the server is not in provisioning mode", zap.Error(err))
+	case shutdownGone:
+		log.Warn("no reply to shutdown: a server exits at once when its splay is 0 s", zap.Error(err))
+	case final:
 		log.Error("step failed, no retries left", zap.Error(err))
-	} else {
+	case workflowRetry == workflowRetryUnknown:
+		log.Warn("step failed", zap.Error(err))
+	default:
 		log.Warn("step failed, will retry", zap.Error(err))
 	}
 	return err
@@ -351,7 +391,14 @@ func (a *Activities) Inventory(ctx context.Context, in HostInput) (res *Inventor
 
 // RunHelper runs the site helper for one host.
 func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (res *HelperOutput, err error) {
-	defer func() { err = a.finish(ctx, req.Input.Identity, "helper", err) }()
+	retry := workflowRetryUnknown
+	switch {
+	case req.Attempts > 0 && req.Attempt < req.Attempts:
+		retry = workflowRetries
+	case req.Attempts > 0:
+		retry = lastWorkflowTry
+	}
+	defer func() { err = a.finishRetried(ctx, req.Input.Identity, "helper", err, retry) }()
 	defer a.busy()()
 	defer heartbeat(ctx)()
 	input := req.Input
@@ -392,7 +439,12 @@ func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed st
 	if err != nil {
 		return "", temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeSigning, err)
 	}
-	return s, nil
+	if !s.CappedAt.IsZero() {
+		// the Choria Provisioner signs these too (the broker accepts them): say so once per host
+		a.logger(ctx, in.Identity, "sign").Warn("server JWT expiry capped at jwt_signing_token's expiry",
+			zap.Time("asked_expiry", s.Asked.UTC()), zap.Time("expiry", s.CappedAt.UTC()))
+	}
+	return s.JWT, nil
 }
 
 // Configure sends the configuration with choria_provision#configure.

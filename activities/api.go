@@ -107,6 +107,11 @@ type HelperInput struct {
 type HelperRequest struct {
 	Input    HelperInput `json:"input"`
 	HadToken bool        `json:"had_token"`
+	// Attempt of Attempts is the workflow's own try of the helper step (it retries the helper
+	// itself, one activity attempt each), so a failure is logged as final only when it is.
+	// Zero when the workflow did not say.
+	Attempt  int `json:"attempt,omitempty"`
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // ServerClaims are the helper's server_claims (ed25519 feature), as the Choria Provisioner reads them.

@@ -265,6 +265,10 @@ func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 		if err := p.step(ctx, StepSign, activities.SignServerJWTName, sign, &conf.ServerJWT); err != nil {
 			return nil, err
 		}
+		if exp, capped := activities.SignerCappedExpiry(conf.ServerJWT); capped {
+			p.status.Timeline[len(p.status.Timeline)-1].Note = fmt.Sprintf(
+				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))
+		}
 	}
 
 	var msg activities.MessageResult
@@ -353,6 +357,11 @@ func (p *provisioner) step(ctx workflow.Context, step string, activity string, a
 	}
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {
+		if req, ok := arg.(activities.HelperRequest); ok {
+			// the helper logs its failure as final only on the workflow's last try
+			req.Attempt, req.Attempts = attempt, attempts
+			arg = req
+		}
 		p.status.Attempt = attempt
 		p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
 		rec := &p.status.Timeline[len(p.status.Timeline)-1]

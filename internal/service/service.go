@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +27,6 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/codec"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -97,30 +98,6 @@ func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, e
 		return nil, nil, err
 	}
 	return codec.DataConverter(c), c, nil
-}
-
-// DialTemporal connects to the configured Temporal frontend.
-func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
-	return dialTemporal(ctx, cfg, log, nil)
-}
-
-// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none).
-func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler) (client.Client, error) {
-	dc, _, err := DataConverter(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:       cfg.Temporal.Address,
-		Namespace:      cfg.Temporal.Namespace,
-		Logger:         logging.NewTemporal(log.Named("temporal")),
-		DataConverter:  dc,
-		MetricsHandler: mh,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
-	}
-	return c, nil
 }
 
 // DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
@@ -197,18 +174,33 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 	}
 }
 
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Run runs the worker and discovery until ctx ends.
 func (s *Service) Run(ctx context.Context, ready func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	if s.cfg.MonitorPort > 0 {
-		addr, err := metrics.Serve(ctx, fmt.Sprintf("%s:%d", s.cfg.MonitorAddress, s.cfg.MonitorPort), s.opts.Registry, s.cfg.MonitorPprof)
+		// as the Choria Provisioner: all interfaces unless monitor_address narrows it, and the
+		// process-wide series too (go-choria's choria_connector_* and the Go and process ones)
+		addr, err := metrics.Serve(ctx, net.JoinHostPort(s.cfg.MonitorAddress, strconv.Itoa(s.cfg.MonitorPort)),
+			prometheus.Gatherers{s.opts.Registry, prometheus.DefaultGatherer}, s.cfg.MonitorPprof)
 		if err != nil {
 			return err
 		}
 		s.MonitorAddress = addr
 		s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
+		if s.cfg.MonitorPprof && !loopback(s.cfg.MonitorAddress) {
+			s.log.Warn("monitor_pprof serves Go profiles on every address the monitor listens on; set monitor_address: 127.0.0.1",
+				zap.String("address", addr))
+		}
 	}
 
 	fw, err := NewChoriaFramework(s.cfg, s.log)
@@ -233,6 +225,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		if s.opts.WorkerOptions != nil {
 			wo = *s.opts.WorkerOptions
 		}
+		wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
