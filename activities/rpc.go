@@ -23,6 +23,7 @@ import (
 	"github.com/choria-io/go-choria/providers/agent/mcorpc/ddl/agent"
 	choriasec "github.com/choria-io/go-choria/providers/security/choria"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 )
 
 // rpcReply is one host's reply to one request: what go-choria's generated clients would have
@@ -412,4 +413,25 @@ func (r *Requester) Call(ctx context.Context, identity, agentName, action string
 		out[i] = Reply{Sender: rr.sender, Code: rr.code, Message: rr.msg, Data: rr.data}
 	}
 	return out, nil
+}
+
+// newCaller is the RPC client for fw: requests built and signed here for protocol v2 sites,
+// go-choria's client for the others.
+func newCaller(fw inter.Framework, log *zap.Logger) rpcCaller {
+	if fw == nil {
+		return failingCaller{errors.New("no Choria framework to send requests with")}
+	}
+	ddls, err := loadDDLs()
+	if err != nil {
+		// go-choria's embedded DDLs: broken only with the module; every RPC then says why
+		return failingCaller{err}
+	}
+	direct, err := newDirectClient(fw, ddls)
+	if err != nil && log != nil {
+		log.Warn("building Choria requests with go-choria's client", zap.Error(err))
+	}
+	if direct != nil {
+		return direct
+	}
+	return &goChoriaClient{fw: fw, ddls: ddls}
 }
