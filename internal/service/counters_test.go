@@ -48,7 +48,8 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{ProvisionErrors(m)}})
 	env.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
 	acts := activities.New(nil, activities.Settings{Site: m.Site, HelperCommand: helper, HelperTimeout: 10 * time.Second}, m, log)
-	acts.Register(only{env, activities.RunHelperName}) // as the worker registers it, with its error handling
+	// the helper as the worker registers it (with the shared finish), the RPCs stood in for
+	acts.Register(only{env, activities.RunHelperName})
 	env.RegisterActivityWithOptions(func(context.Context, activities.HostInput) (*activities.InventoryResult, error) {
 		return &activities.InventoryResult{Inventory: "{}", Version: "0.30.2"}, nil
 	}, activity.RegisterOptions{Name: activities.InventoryName})
@@ -108,7 +109,7 @@ func helperRuns(t *testing.T, reg *prometheus.Registry) uint64 {
 	return 0
 }
 
-// only registers one of the activities, so the others can be stand-ins.
+// only registers the one activity named.
 type only struct {
 	env  *testsuite.TestWorkflowEnvironment
 	name string
