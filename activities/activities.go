@@ -24,6 +24,7 @@ type Activities struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	runs    RunHistory
+	caller  rpcCaller
 }
 
 // Option adds an optional dependency to Activities.
@@ -42,6 +43,7 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 	for _, o := range opts {
 		o(a)
 	}
+	a.caller = newCaller(fw, log)
 	return a
 }
 
