@@ -372,7 +372,12 @@ func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (signed st
 	if err != nil {
 		return "", temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeSigning, err)
 	}
-	return s, nil
+	if !s.CappedAt.IsZero() {
+		// the Choria Provisioner signs these too (the broker accepts them): say so once per host
+		a.logger(ctx, in.Identity, "sign").Warn("server JWT expiry capped at jwt_signing_token's expiry",
+			zap.Time("asked_expiry", s.Asked.UTC()), zap.Time("expiry", s.CappedAt.UTC()))
+	}
+	return s.JWT, nil
 }
 
 // Configure sends the configuration with choria_provision#configure.

@@ -2,7 +2,9 @@ package activities
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/choria-io/tokens"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // Sentinel errors of token handling.
@@ -19,6 +22,7 @@ var (
 	ErrBadNonce         = errors.New("ed25519 nonce signature does not verify")
 	ErrSigning          = errors.New("cannot sign server JWT")
 	ErrNoChainSignature = errors.New("jwt_signing_token has no trust chain signature")
+	ErrSignerExpired    = errors.New("jwt_signing_token has expired")
 )
 
 // VerifyProvisioningJWT checks the server's provisioning JWT against jwt_verify_cert, which is
@@ -72,10 +76,21 @@ type ServerJWTSigner struct {
 	Now             func() time.Time
 }
 
-// Sign returns a signed server JWT for in.
-func (s *ServerJWTSigner) Sign(in SignInput) (string, error) {
+// Signed is a server JWT and what signing changed of what was asked for.
+type Signed struct {
+	JWT string
+	// Asked is the expiry the helper's claims or server_jwt_validity asked for; CappedAt, when
+	// set, is the earlier expiry the token got: that of jwt_signing_token, which a chained token
+	// cannot outlive (go-choria's tokens package caps it the same way for the Choria Provisioner).
+	Asked    time.Time
+	CappedAt time.Time
+}
+
+// Sign returns a signed server JWT for in. It refuses what go-choria would refuse or what could
+// never be used: no signing key, an expired jwt_signing_token, one without a trust chain signature.
+func (s *ServerJWTSigner) Sign(in SignInput) (Signed, error) {
 	if s.SigningKey == "" {
-		return "", fmt.Errorf("%w: no jwt_signing_key configured", ErrSigning)
+		return Signed{}, fmt.Errorf("%w: no jwt_signing_key configured", ErrSigning)
 	}
 	now := time.Now
 	if s.Now != nil {
@@ -83,7 +98,7 @@ func (s *ServerJWTSigner) Sign(in SignInput) (string, error) {
 	}
 	pk, err := hex.DecodeString(in.PublicKey)
 	if err != nil || len(pk) != ed25519.PublicKeySize {
-		return "", fmt.Errorf("%w: server public key %q is not a hex ed25519 key", ErrSigning, in.PublicKey)
+		return Signed{}, fmt.Errorf("%w: server public key %q is not a hex ed25519 key", ErrSigning, in.PublicKey)
 	}
 
 	org := "choria"
@@ -118,54 +133,84 @@ func (s *ServerJWTSigner) Sign(in SignInput) (string, error) {
 	}
 	for _, c := range collectives {
 		if c == "" || strings.ContainsAny(c, ".>* \t") {
-			return "", fmt.Errorf("%w: server_claims collective %q is not a valid name", ErrSigning, c)
+			return Signed{}, fmt.Errorf("%w: server_claims collective %q is not a valid name", ErrSigning, c)
 		}
 	}
 	if !nameRe.MatchString(org) {
-		return "", fmt.Errorf("%w: server_claims ou %q is not a valid organization unit", ErrSigning, org)
+		return Signed{}, fmt.Errorf("%w: server_claims ou %q is not a valid organization unit", ErrSigning, org)
 	}
 	for _, subj := range pubSubs {
 		if subj == "" || strings.ContainsAny(subj, " \t\r\n") || subj == ">" || strings.HasPrefix(subj, ">") || strings.HasPrefix(subj, "*.>") {
-			return "", fmt.Errorf("%w: server_claims pub_subjects entry %q is not an allowed subject", ErrSigning, subj)
+			return Signed{}, fmt.Errorf("%w: server_claims pub_subjects entry %q is not an allowed subject", ErrSigning, subj)
 		}
 	}
 
 	claims, err := tokens.NewServerClaims(in.Identity, collectives, org, perms, pubSubs, pk, "Choria Provisioner", validity)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrSigning, err)
+		return Signed{}, fmt.Errorf("%w: %v", ErrSigning, err)
+	}
+	out := Signed{}
+	if claims.ExpiresAt != nil {
+		out.Asked = claims.ExpiresAt.Time
 	}
 
 	if s.SigningToken != "" {
 		t, err := os.ReadFile(s.SigningToken)
 		if err != nil {
-			return "", fmt.Errorf("%w: reading jwt_signing_token: %v", ErrSigning, err)
+			return Signed{}, fmt.Errorf("%w: reading jwt_signing_token: %v", ErrSigning, err)
 		}
 		signer, err := tokens.ParseClientIDTokenUnverified(strings.TrimSpace(string(t)))
 		if err != nil {
-			return "", fmt.Errorf("%w: parsing jwt_signing_token: %v", ErrSigning, err)
+			return Signed{}, fmt.Errorf("%w: parsing jwt_signing_token: %v", ErrSigning, err)
 		}
 		if signer.TrustChainSignature == "" {
-			return "", fmt.Errorf("%w: %w", ErrSigning, ErrNoChainSignature)
+			return Signed{}, fmt.Errorf("%w: %w", ErrSigning, ErrNoChainSignature)
 		}
-		if signer.ExpiresAt != nil && claims.ExpiresAt != nil && claims.ExpiresAt.After(signer.ExpiresAt.Time) {
-			// go-choria rejects a chained token that outlives its issuer, so refuse to make one
-			return "", fmt.Errorf("%w: server JWT would expire %s, after jwt_signing_token itself (%s)", ErrSigning,
-				claims.ExpiresAt.UTC().Format(time.RFC3339), signer.ExpiresAt.UTC().Format(time.RFC3339))
+		// a token chained to an expired signer expires with it: the broker would refuse it
+		if signer.ExpiresAt != nil && !signer.ExpiresAt.After(now()) {
+			return Signed{}, fmt.Errorf("%w: %w at %s", ErrSigning, ErrSignerExpired, signer.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 		seed, err := readSeed(s.SigningKey)
 		if err != nil {
-			return "", err
+			return Signed{}, err
 		}
+		// go-choria ends the chained token when the signer's ends, if that is earlier
 		if err := claims.AddChainIssuerData(signer, seed); err != nil {
-			return "", fmt.Errorf("%w: chain issuer data: %v", ErrSigning, err)
+			return Signed{}, fmt.Errorf("%w: chain issuer data: %v", ErrSigning, err)
+		}
+		if claims.ExpiresAt != nil && claims.ExpiresAt.Time.Before(out.Asked) {
+			out.CappedAt = claims.ExpiresAt.Time
 		}
 	}
 
 	signed, err := tokens.SignTokenWithKeyFile(claims, s.SigningKey)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrSigning, err)
+		return Signed{}, fmt.Errorf("%w: %v", ErrSigning, err)
 	}
-	return signed, nil
+	out.JWT = signed
+	return out, nil
+}
+
+// SignerCappedExpiry reads a signed server JWT's expiry, without verifying it, and reports whether
+// it is the signer token's own (the asked expiry was later and was capped). It is a pure function
+// of the token, so workflow code may call it to show the cap in a host's timeline.
+func SignerCappedExpiry(raw string) (time.Time, bool) {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 {
+		return time.Time{}, false
+	}
+	body, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, false
+	}
+	var c struct {
+		Exp    *jwt.NumericDate `json:"exp"`
+		IssExp *jwt.NumericDate `json:"issexp"`
+	}
+	if json.Unmarshal(body, &c) != nil || c.Exp == nil || c.IssExp == nil {
+		return time.Time{}, false
+	}
+	return c.Exp.Time, c.Exp.Time.Equal(c.IssExp.Time)
 }
 
 var nameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)

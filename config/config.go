@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/shlex"
+	"github.com/kballard/go-shellquote"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/env"
@@ -66,7 +67,7 @@ type Config struct {
 	Interval                   string         `koanf:"interval"`          // discovery sweep period, minimum 1m
 	Logfile                    string         `koanf:"logfile"`           // empty or "-": stderr
 	Loglevel                   string         `koanf:"loglevel"`          // debug, info, warn, error
-	Helper                     string         `koanf:"helper"`            // command line, split like a shell
+	Helper                     string         `koanf:"helper"`            // command line, split with shell quoting rules
 	HelperTimeout              string         `koanf:"helper_timeout"`    // ours: default 10s like the Choria Provisioner
 	HelperRateLimit            float64        `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
 	RPCTimeout                 string         `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
@@ -75,7 +76,7 @@ type Config struct {
 	Insecure                   bool           `koanf:"choria_insecure"`   // accepted for compatibility
 	Site                       string         `koanf:"site"`              // label on every metric and search attribute
 	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
-	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port
+	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
 	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
 	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
 	LifecycleComponent         string         `koanf:"lifecycle_component"`
@@ -116,7 +117,6 @@ func defaults() map[string]any {
 		"rpc_timeout":         "10s",
 		"defer_delay":         "30s",
 		"site":                "default",
-		"monitor_address":     "127.0.0.1",
 		"lifecycle_component": "provision_mode_server",
 		"server_jwt_validity": "365d",
 		"temporal.address":    "127.0.0.1:7233",
@@ -278,10 +278,7 @@ func (c *Config) validate() error {
 	if c.Helper == "" {
 		return invalid("helper", "required: the command that returns each server's configuration")
 	}
-	if c.HelperCommand, err = shlex.Split(c.Helper); err != nil || len(c.HelperCommand) == 0 {
-		return invalid("helper", "cannot split %q into a command line", c.Helper)
-	}
-	if err := executable(c.HelperCommand[0]); err != nil {
+	if c.HelperCommand, err = SplitHelper(c.Helper); err != nil {
 		return invalid("helper", "%v", err)
 	}
 
@@ -325,25 +322,47 @@ func readable(path string) error {
 	return f.Close()
 }
 
-func executable(path string) error {
-	st, err := os.Stat(path)
+// SplitHelper splits a helper command line as the Choria Provisioner does, with shell quoting
+// rules (the same splitter), and checks that its first word is what exec will run: a file
+// found on PATH, or the path given when the word has a slash. The other words are arguments, so
+// "ruby /etc/choria-provisioner/helper.rb --site 'dc 1'" runs ruby with two arguments.
+func SplitHelper(line string) ([]string, error) {
+	words, err := shellquote.Split(line)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("cannot split %q into a command line: %v", line, err)
 	}
-	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", path)
+	if len(words) == 0 {
+		return nil, fmt.Errorf("%q has no command", line)
 	}
-	return nil
+	path, err := exec.LookPath(words[0])
+	switch {
+	case errors.Is(err, exec.ErrDot):
+		// exec refuses a command found in the current directory through PATH; say how to name it
+		return nil, fmt.Errorf("%q is found only in the current directory through PATH: write it as ./%s", words[0], words[0])
+	case err != nil && !strings.Contains(words[0], "/"):
+		return nil, fmt.Errorf("%q is not an executable found on PATH (%s)", words[0], os.Getenv("PATH"))
+	case err != nil:
+		if _, statErr := os.Stat(words[0]); statErr != nil {
+			return nil, fmt.Errorf("%q: %w", words[0], statErr)
+		}
+		return nil, fmt.Errorf("%q is not an executable file", words[0])
+	}
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return nil, fmt.Errorf("%q is not an executable file", words[0])
+	}
+	return words, nil
 }
 
-// ParseDuration is time.ParseDuration plus the d (day), w (week) and y (365 days) units that
-// Choria configurations use, e.g. "365d" or "1y".
+// ParseDuration is time.ParseDuration plus the units go-choria's own parser (what the Choria
+// Provisioner read interval and server_jwt_validity with) accepts: d or D (day), w or W (week),
+// M (30 days), y or Y (365 days), e.g. "365d", "6M" or "1y".
 func ParseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, fmt.Errorf("empty duration")
 	}
-	units := map[byte]time.Duration{'d': 24 * time.Hour, 'w': 7 * 24 * time.Hour, 'y': 365 * 24 * time.Hour}
+	day := 24 * time.Hour
+	units := map[byte]time.Duration{'d': day, 'D': day, 'w': 7 * day, 'W': 7 * day, 'M': 30 * day, 'y': 365 * day, 'Y': 365 * day}
 	if mult, ok := units[s[len(s)-1]]; ok {
 		n, err := strconv.ParseFloat(s[:len(s)-1], 64)
 		if err != nil {

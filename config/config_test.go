@@ -45,6 +45,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "127.0.0.1:7233", cfg.Temporal.Address)
 	require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue)
 	require.Len(t, cfg.HelperCommand, 1)
+	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
@@ -141,7 +142,9 @@ func TestCodecKeyRequiredUnlessPlaintext(t *testing.T) {
 }
 
 func TestParseDuration(t *testing.T) {
-	for in, want := range map[string]time.Duration{"1m": time.Minute, "365d": 365 * 24 * time.Hour, "1y": 365 * 24 * time.Hour, "2w": 14 * 24 * time.Hour, "1.5h": 90 * time.Minute} {
+	day := 24 * time.Hour
+	for in, want := range map[string]time.Duration{"1m": time.Minute, "365d": 365 * day, "1y": 365 * day, "2w": 14 * day, "1.5h": 90 * time.Minute,
+		"1h30m": 90 * time.Minute, "2D": 2 * day, "1W": 7 * day, "6M": 180 * day, "1Y": 365 * day} {
 		got, err := ParseDuration(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
@@ -155,4 +158,54 @@ func TestParseDuration(t *testing.T) {
 func TestTrimRegex(t *testing.T) {
 	require.Equal(t, `\.choria$`, TrimRegex(`/\.choria$/`))
 	require.Equal(t, `\.choria$`, TrimRegex(`\.choria$`))
+}
+
+// The helper line is split as the Choria Provisioner splits it (shell quoting rules), and its
+// first word resolved the way exec will: on PATH, or as a path when it has a slash.
+func TestSplitHelper(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "my helper.rb")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755))
+	bin := filepath.Join(dir, "bin")
+	require.NoError(t, os.Mkdir(bin, 0o755))
+	interp := filepath.Join(bin, "fake-ruby")
+	require.NoError(t, os.WriteFile(interp, []byte("#!/bin/sh\n"), 0o755))
+	t.Setenv("PATH", bin+":/usr/bin:/bin")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "data.json"), []byte("{}"), 0o644))
+
+	for line, want := range map[string][]string{
+		"fake-ruby /etc/choria-provisioner/cfssl-helper.rb": {"fake-ruby", "/etc/choria-provisioner/cfssl-helper.rb"},
+		`fake-ruby '` + script + `' --site "dc 1" x\ y`:     {"fake-ruby", script, "--site", "dc 1", "x y"},
+		`"` + script + `" --tag=#1`:                         {script, "--tag=#1"},
+		"  fake-ruby   a\tb  ":                              {"fake-ruby", "a", "b"},
+		`fake-ruby "it's" 'say "hi"' ""`:                    {"fake-ruby", "it's", `say "hi"`, ""},
+		"sh -c 'cat /dev/stdin'":                            {"sh", "-c", "cat /dev/stdin"},
+	} {
+		got, err := SplitHelper(line)
+		require.NoError(t, err, line)
+		require.Equal(t, want, got, line)
+	}
+
+	for line, words := range map[string][]string{
+		"ruby-that-is-not-installed /etc/helper.rb": {`"ruby-that-is-not-installed"`, "PATH"},
+		"/nonexistent/helper --x":                   {`"/nonexistent/helper"`, "no such file"},
+		dir + "/bin":                                {`"` + bin + `"`, "not an executable"},
+		filepath.Join(dir, "data.json"):             {"data.json", "not an executable file"},
+		`fake-ruby 'unterminated`:                   {"Unterminated single-quoted"},
+		`   `:                                       {"no command"},
+	} {
+		_, err := SplitHelper(line)
+		require.Error(t, err, line)
+		for _, w := range words {
+			require.ErrorContains(t, err, w, line)
+		}
+	}
+
+	// through Load, the error names the key and the word
+	_, err := Load(writeConfig(t, "helper: ruby-that-is-not-installed /etc/helper.rb\n"))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, `helper: "ruby-that-is-not-installed" is not an executable found on PATH`)
+	cfg, err := Load(writeConfig(t, "helper: fake-ruby /etc/choria-provisioner/helper.rb --site 'dc 1'\n"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"fake-ruby", "/etc/choria-provisioner/helper.rb", "--site", "dc 1"}, cfg.HelperCommand)
 }

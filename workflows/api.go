@@ -143,6 +143,7 @@ type StepRecord struct {
 	Ended    time.Time `json:"ended,omitempty"`
 	Attempts int32     `json:"attempts,omitempty"` // activity attempts this run took (0: unknown)
 	Error    string    `json:"error,omitempty"`
+	Note     string    `json:"note,omitempty"` // what the step changed of what was asked (a capped server JWT expiry)
 }
 
 // Status is what the status query returns.

@@ -265,6 +265,10 @@ func (p *provisioner) pass(ctx workflow.Context) (*passResult, error) {
 		if err := p.step(ctx, StepSign, activities.SignServerJWTName, sign, &conf.ServerJWT); err != nil {
 			return nil, err
 		}
+		if exp, capped := activities.SignerCappedExpiry(conf.ServerJWT); capped {
+			p.status.Timeline[len(p.status.Timeline)-1].Note = fmt.Sprintf(
+				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))
+		}
 	}
 
 	var msg activities.MessageResult

@@ -239,7 +239,7 @@ func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
 	if d.State != nil && len(d.State.Timeline) > 0 {
 		fmt.Fprintln(h.out, "\nTimeline:")
 		tw := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR")
+		fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR OR NOTE")
 		for _, r := range d.State.Timeline {
 			took := ""
 			if !r.Ended.IsZero() {
@@ -249,7 +249,11 @@ func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
 			if r.Attempts > 0 {
 				attempts = fmt.Sprint(r.Attempts)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.Step, r.Started.Local().Format("15:04:05.000"), took, attempts, r.Error)
+			msg := r.Error
+			if msg == "" {
+				msg = r.Note
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.Step, r.Started.Local().Format("15:04:05.000"), took, attempts, msg)
 		}
 		return tw.Flush()
 	}

@@ -285,7 +285,7 @@ func provisionerConfig(t *testing.T, e *env, identity, pub, dir string) (string,
 	require.NoError(t, err)
 	cfg, err := json.Marshal(reply.Configuration)
 	require.NoError(t, err)
-	return string(cfg), signed
+	return string(cfg), signed.JWT
 }
 
 // eventLog records lifecycle events by identity.

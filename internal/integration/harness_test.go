@@ -44,7 +44,8 @@ type envOptions struct {
 	mode              string // devstack.ModeIssuer (default) or ModePKI
 	extraConfig       string // YAML appended to the provisioner's configuration
 	servers           int
-	helper            func(stack *devstack.Stack) string // helper command line; nil: the example helper
+	helper            func(stack *devstack.Stack) string        // helper command line; nil: the example helper
+	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -82,6 +83,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		_, err = f.WriteString(o.extraConfig)
 		require.NoError(t, err)
 		require.NoError(t, f.Close())
+	}
+	if o.prepare != nil {
+		o.prepare(t, stack)
 	}
 	require.NoError(t, stack.Fleet.StartN(o.servers))
 

@@ -73,6 +73,13 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
+	// Every series without a label of its own is exported at 0 from the start, as the Choria
+	// Provisioner exports discovered, provisioned, waiting_nodes, work_queue_entries and paused:
+	// a dashboard of a fresh or failing site shows 0, not "no data".
+	for _, c := range []*prometheus.CounterVec{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned,
+		m.ProvisionErrors, m.HelperErrors, m.ShutdownRequests, m.StaleSightings} {
+		c.WithLabelValues(site).Add(0)
+	}
 	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
 		g.WithLabelValues(site).Set(0)
 	}

@@ -6,7 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -188,18 +190,33 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 	}
 }
 
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Run runs the worker and discovery until ctx ends.
 func (s *Service) Run(ctx context.Context, ready func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	if s.cfg.MonitorPort > 0 {
-		addr, err := metrics.Serve(ctx, fmt.Sprintf("%s:%d", s.cfg.MonitorAddress, s.cfg.MonitorPort), s.opts.Registry, s.cfg.MonitorPprof)
+		// as the Choria Provisioner: all interfaces unless monitor_address narrows it, and the
+		// process-wide series too (go-choria's choria_connector_* and the Go and process ones)
+		addr, err := metrics.Serve(ctx, net.JoinHostPort(s.cfg.MonitorAddress, strconv.Itoa(s.cfg.MonitorPort)),
+			prometheus.Gatherers{s.opts.Registry, prometheus.DefaultGatherer}, s.cfg.MonitorPprof)
 		if err != nil {
 			return err
 		}
 		s.MonitorAddress = addr
 		s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
+		if s.cfg.MonitorPprof && !loopback(s.cfg.MonitorAddress) {
+			s.log.Warn("monitor_pprof serves Go profiles on every address the monitor listens on; set monitor_address: 127.0.0.1",
+				zap.String("address", addr))
+		}
 	}
 
 	fw, err := NewChoriaFramework(s.cfg, s.log)

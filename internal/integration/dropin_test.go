@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choria-io/tokens"
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// dropInSite turns the dev site into one made the way the Choria Provisioner's documentation
+// makes one: the provisioner's signer JWT issued for 365 days (`choria jwt client ...
+// --server-provisioner --validity 365d --issuer`), no server_jwt_validity (so the default year,
+// which always ends after the signer's), and the helper an interpreted script named as
+// "<interpreter> <script> <quoted argument>".
+func dropInSite(t *testing.T, s *devstack.Stack) {
+	t.Helper()
+	c := s.Creds
+	issuerSeed, err := os.ReadFile(c.IssuerSeed)
+	require.NoError(t, err)
+	issuer := ed25519.NewKeyFromSeed(mustHex(t, strings.TrimSpace(string(issuerSeed))))
+	seed, err := os.ReadFile(c.ProvisionerSeed)
+	require.NoError(t, err)
+	signerPub := ed25519.NewKeyFromSeed(mustHex(t, strings.TrimSpace(string(seed)))).Public().(ed25519.PublicKey)
+	claims, err := tokens.NewClientIDClaims(devstack.ProvisionerCallerID, nil, "choria", nil, "", "", 365*24*time.Hour,
+		&tokens.ClientPermissions{ServerProvisioner: true}, signerPub)
+	require.NoError(t, err)
+	require.NoError(t, claims.AddOrgIssuerData(issuer))
+	signed, err := tokens.SignToken(claims, issuer)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(c.ProvisionerJWT, []byte(signed), 0o600))
+
+	// a helper as sites write them: a shell script reading the request on stdin
+	script := filepath.Join(s.Opts.Dir, "site helper.sh")
+	body := fmt.Sprintf(`#!/bin/sh
+# the Choria Provisioner's helper contract: one JSON request on stdin, one reply on stdout
+input=$(cat)
+identity=$(printf '%%s' "$input" | sed -n 's/^{"identity":"\([^"]*\)".*/\1/p')
+dir=$(printf '%%s' "$input" | sed -n 's/.*"ed25519_pubkey":{[^}]*"directory":"\([^"]*\)".*/\1/p')
+if [ -z "$identity" ] || [ -z "$dir" ]; then echo "no identity or directory in the request" >&2; exit 1; fi
+cat <<EOF
+{"defer": false, "msg": "configured for site $1",
+ "configuration": {
+  "identity": "$identity", "loglevel": "info", "logfile": "$dir/server.log",
+  "plugin.choria.server.provision": "false", "plugin.choria.middleware_hosts": "%[1]s",
+  "plugin.choria.use_srv": "false", "rpcauthorization": "0",
+  "plugin.choria.status_file_path": "$dir/status.json",
+  "collectives": "choria", "main_collective": "choria",
+  "plugin.security.provider": "choria", "plugin.security.issuer.names": "choria",
+  "plugin.security.issuer.choria.public": "%[2]s",
+  "plugin.security.choria.token_file": "$dir/server.jwt", "plugin.security.choria.seed_file": "$dir/server.seed"},
+ "server_claims": {"collectives": ["choria"]}}
+EOF
+`, s.Broker.URL, c.IssuerPublic)
+	require.NoError(t, os.WriteFile(script, []byte(body), 0o644)) // not executable: the interpreter runs it
+	s.Opts.Helper = fmt.Sprintf("sh '%s' 'dc 1'", script)
+	require.NoError(t, s.RewriteConfig())
+
+	b, err := os.ReadFile(s.ConfigFile)
+	require.NoError(t, err)
+	conf := regexp.MustCompile(`(?m)^server_jwt_validity:.*\n`).ReplaceAllString(string(b), "")
+	require.NotContains(t, conf, "server_jwt_validity")
+	require.NoError(t, os.WriteFile(s.ConfigFile, []byte(conf), 0o600))
+}
+
+// A site set up exactly as the Choria Provisioner's documentation describes switches without
+// changing a file: every host is provisioned through the interpreted helper, and its server JWT,
+// capped at the signer token's expiry, verifies against the issuer and lets it connect.
+func TestIntegrationDropInChoriaProvisionerSite(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 3, prepare: dropInSite})
+	require.Equal(t, []string{"sh", filepath.Join(e.stack.Opts.Dir, "site helper.sh"), "dc 1"}, e.cfg.HelperCommand)
+	require.Equal(t, 365*24*time.Hour, e.cfg.ServerJWTValidityDuration, "the Choria Provisioner's default")
+	signerRaw, err := os.ReadFile(e.stack.Creds.ProvisionerJWT)
+	require.NoError(t, err)
+	signer, err := tokens.ParseClientIDTokenUnverified(string(signerRaw))
+	require.NoError(t, err)
+
+	e.provisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+
+	issuerPub := ed25519.PublicKey(mustHex(t, e.stack.Creds.IssuerPublic))
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+		raw, err := os.ReadFile(filepath.Join(m.Dir, "server.jwt"))
+		require.NoError(t, err)
+		claims, err := tokens.ParseServerToken(string(raw), issuerPub)
+		require.NoError(t, err)
+		require.False(t, claims.ExpiresAt.After(signer.ExpiresAt.Time), "%s: the server JWT outlives the signer token", m.Identity)
+		require.Equal(t, signer.ExpiresAt.Unix(), claims.ExpireTime().Unix(), m.Identity)
+
+		d := e.waitOutcome(m.Identity, workflows.OutcomeProvisioned)
+		require.Equal(t, "configured for site dc 1", d.State.HelperMessage, "the quoted argument reached the helper whole")
+		var note string
+		for _, r := range d.State.Timeline {
+			if r.Step == workflows.StepSign {
+				note = r.Note
+			}
+		}
+		require.Equal(t, fmt.Sprintf("server JWT expires %s, with jwt_signing_token: the validity asked for was longer",
+			signer.ExpiresAt.UTC().Format(time.RFC3339)), note, m.Identity)
+	}
+
+	// hosts show prints the note in the timeline
+	out, code := e.cli(nil, "show", e.stack.Fleet.Members[0].Identity)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "with jwt_signing_token")
+
+	// one warning per host in the provisioner's log
+	log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "replica-a.log"))
+	require.NoError(t, err)
+	warnings := 0
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, `"level":"warn"`) && strings.Contains(l, "server JWT expiry capped at jwt_signing_token's expiry") {
+			warnings++
+		}
+	}
+	require.Equal(t, len(e.stack.Fleet.Members), warnings)
+	t.Logf("drop-in site: %d hosts provisioned, server JWTs end with the signer token at %s", len(e.stack.Fleet.Members),
+		signer.ExpiresAt.UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,75 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// Before any event, every series the Choria Provisioner exports at start is there at 0 with the
+// site label, and so is every other series without a label of its own.
+func TestSeriesAtZeroOnStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, "dc1")
+	require.NoError(t, err)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			require.Len(t, m.GetLabel(), 1, f.GetName())
+			require.Equal(t, "site", m.GetLabel()[0].GetName())
+			require.Equal(t, "dc1", m.GetLabel()[0].GetValue())
+			switch {
+			case m.GetCounter() != nil:
+				got[f.GetName()] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[f.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{}
+	for _, n := range []string{
+		// what the Choria Provisioner exports at start
+		"discovered", "provisioned", "waiting_nodes", "work_queue_entries", "paused",
+		// and the rest without an rpc label
+		"event_discovered", "discover_cycles", "discovery_errors", "provision_errors", "helper_errors",
+		"helper_shutdown_requests", "busy_workers", "stale_sightings",
+	} {
+		want["choria_provisioner_"+n] = 0
+	}
+	require.Equal(t, want, got)
+}
+
+// With only a port, /metrics listens on every interface (as the Choria Provisioner's
+// ":monitor_port"), so a Prometheus on another host can scrape it; an address narrows it.
+func TestServeBindsAllInterfacesUnlessNarrowed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, "dc1")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	addr, err := Serve(ctx, net.JoinHostPort("", "0"), reg, false)
+	require.NoError(t, err)
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	require.True(t, net.ParseIP(host).IsUnspecified(), "bound to %s", addr)
+	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `choria_provisioner_provisioned{site="dc1"} 0`)
+
+	addr, err = Serve(ctx, net.JoinHostPort("127.0.0.1", "0"), reg, false)
+	require.NoError(t, err)
+	host, _, err = net.SplitHostPort(addr)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1", host)
+}
