@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -69,9 +70,10 @@ func main() {
 		"run":          &runCommand{},
 		"setup":        &setupCommand{},
 		"codec-server": &codecServerCommand{},
+		"check":        &checkCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"run", "setup", "codec-server"} {
+	for _, name := range []string{"run", "setup", "check", "codec-server"} {
 		commands[name].register(app)
 	}
 
@@ -84,6 +86,9 @@ func main() {
 		os.Exit(hosts.run(ctx, cmd))
 	}
 	if err := commands[cmd].run(ctx); err != nil {
+		if errors.Is(err, errChecksFailed) {
+			os.Exit(1) // the report said what failed
+		}
 		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)
 		os.Exit(1)
 	}
