@@ -20,11 +20,18 @@ log=/var/log/choria-provisioner.log
 
 # The log file stays where the Choria Provisioner kept it; the service must be able to write it
 # (the unit makes only this file and the state directory writable).
+if [ -e "$log.dpkg-keep" ]; then
+  if [ -e "$log" ]; then rm -f "$log.dpkg-keep"; else mv "$log.dpkg-keep" "$log"; fi
+fi
 if [ ! -e "$log" ]; then
   : >"$log"
   chmod 0640 "$log"
 fi
 chown "$user:$user" "$log"
+
+# the state directory is the service user's, also when an older package made it root's
+chown "$user:$user" /var/lib/choria-provisioner
+chmod 0750 /var/lib/choria-provisioner
 
 running=""
 if [ -d /run/systemd/system ]; then

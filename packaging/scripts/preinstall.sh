@@ -19,4 +19,12 @@ if ! getent passwd "$user" >/dev/null 2>&1; then
   useradd --system --gid "$user" --home-dir /var/lib/choria-provisioner --no-create-home \
     --shell "$shell" --comment "Choria Provisioner" "$user"
 fi
+
+# dpkg deletes the files an older package had and this one has not: a log the old package owned
+# (a Choria Provisioner deb) would go. A second name keeps it (postinstall puts it back); the rpm
+# owns the log as a ghost instead, which keeps it.
+log=/var/log/choria-provisioner.log
+if [ "$1" = upgrade ] && [ -f "$log" ] && [ ! -e "$log.dpkg-keep" ]; then
+  ln "$log" "$log.dpkg-keep"
+fi
 exit 0
