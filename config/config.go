@@ -58,6 +58,11 @@ type Temporal struct {
 	ActivityPollers         int `koanf:"activity_pollers"`
 	WorkflowPollers         int `koanf:"workflow_pollers"`
 	MaxConcurrentActivities int `koanf:"max_concurrent_activities"`
+
+	// TLS and the API key: how the frontend is reached securely (config/tls.go).
+	TLS        TLS    `koanf:"tls"`
+	APIKey     Secret `koanf:"api_key"` // only from PROVISIONER_TEMPORAL__API_KEY, never YAML
+	APIKeyFile string `koanf:"api_key_file"`
 }
 
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
@@ -172,6 +177,11 @@ func read(path string) (*Config, error) {
 	if path != "" {
 		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		for key, instead := range fileOnlyKeys {
+			if k.Exists(key) {
+				return nil, invalid(key, "must not be written in %s (a secret in a file and its history): %s", path, instead)
+			}
 		}
 	}
 	envProvider := env.Provider(EnvPrefix, ".", func(s string) string {
@@ -310,7 +320,7 @@ func (c *Config) validateTemporal() error {
 	if c.Temporal.TaskQueue == "" {
 		return invalid("temporal.task_queue", "must not be empty")
 	}
-	return nil
+	return c.validateTemporalAuth()
 }
 
 // TrimRegex accepts the /re/ form of cert_deny_list entries.

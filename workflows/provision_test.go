@@ -342,7 +342,7 @@ func (s *ProvisionSuite) TestTransientFailureRecoversByRetry() {
 }
 
 func (s *ProvisionSuite) TestRetryBudgetRunsOutThenFails() {
-	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeRPC)
+	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
 	s.Require().Error(s.env.GetWorkflowError())
 	s.Equal(5, countOf(s.host.calls, activities.ConfigureName))
@@ -573,12 +573,24 @@ func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
 
 func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
-	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeRPC)
+	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeNoReply)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
 	res := s.result()
 	s.Equal(OutcomeShutdown, res.Outcome)
 	s.Contains(res.Message, "did not confirm")
 	s.Equal(2, countOf(s.host.calls, activities.ShutdownName))
+}
+
+// A shutdown that could not reach the broker is no confirmation of anything: the host fails.
+func (s *ProvisionSuite) TestShutdownOverADeadBrokerFails() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.host.failing[activities.ShutdownName] = activities.NewError(activities.ErrTypeRPC,
+		"choria_provision#shutdown: no reply from n1 within 10s: the broker connection is down", nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "step shutdown")
+	s.Equal(OutcomeFailed, s.status().Outcome)
 }
 
 func (s *ProvisionSuite) TestShutdownRefusedIsAFailure() {

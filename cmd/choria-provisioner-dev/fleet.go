@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 
 	"github.com/choria-io/fisk"
 
@@ -31,7 +32,8 @@ func (f *fleetServerCommand) run(ctx context.Context) error {
 // exampleHelperCommand is the demo site's helper: the Choria Provisioner helper contract on
 // stdin and stdout.
 type exampleHelperCommand struct {
-	opts examplehelper.Options
+	opts   examplehelper.Options
+	refuse string
 }
 
 func (h *exampleHelperCommand) register(app *fisk.Application) {
@@ -45,8 +47,13 @@ func (h *exampleHelperCommand) register(app *fisk.Application) {
 	cmd.Flag("policies", "Also send an action policy and an OPA policy").UnNegatableBoolVar(&h.opts.Policies)
 	cmd.Flag("ssldir-base", "pki without a CSR: servers keep their ssl in <base>/<identity>/ssl").StringVar(&h.opts.SSLDirBase)
 	cmd.Flag("loglevel", "Server log level").Default("info").StringVar(&h.opts.LogLevel)
+	cmd.Flag("refuse", "Demo: comma-separated identities to fail until --fix-file exists").StringVar(&h.refuse)
+	cmd.Flag("fix-file", "Demo: the file whose existence approves the --refuse identities").StringVar(&h.opts.FixFile)
 }
 
 func (h *exampleHelperCommand) run(context.Context) error {
+	if h.refuse != "" {
+		h.opts.Refuse = strings.Split(h.refuse, ",")
+	}
 	return examplehelper.Run(h.opts, os.Stdin, os.Stdout)
 }

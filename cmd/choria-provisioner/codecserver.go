@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/choria-io/fisk"
 
@@ -19,6 +20,7 @@ type codecServerCommand struct {
 	listen    string
 	tokenFile string
 	origins   []string
+	devTrust  bool
 }
 
 func (c *codecServerCommand) register(app *fisk.Application) {
@@ -27,6 +29,7 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("listen", "Listen address").Default("127.0.0.1:8081").StringVar(&c.listen)
 	cmd.Flag("token-file", "File holding the bearer token callers must present (or "+codec.ServerTokenEnv+")").StringVar(&c.tokenFile)
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)
+	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode for browsers from the --cors-origin origins without a token (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
 }
 
 func (c *codecServerCommand) run(ctx context.Context) error {
@@ -45,11 +48,14 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	addr, err := codec.Serve(ctx, c.listen, cd, token, c.origins)
+	addr, err := codec.Serve(ctx, c.listen, cd, codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust})
 	if err != nil {
 		return err
 	}
 	fmt.Printf("codec server on http://%s (key %s)\n", addr, cd.ActiveKeyID())
+	if c.devTrust {
+		fmt.Printf("DEVELOPMENT MODE: browsers from %s are served without a token (loopback only); everyone else needs the bearer token\n", strings.Join(c.origins, ", "))
+	}
 	<-ctx.Done()
 	return nil
 }

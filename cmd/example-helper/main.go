@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/choria-temporal/provisioner/internal/dev/examplehelper"
 )
@@ -21,7 +22,12 @@ func main() {
 	flag.BoolVar(&o.Policies, "policies", false, "Also send an action policy and an OPA policy")
 	flag.StringVar(&o.SSLDirBase, "ssldir-base", "", "pki without a CSR: servers keep their ssl in <base>/<identity>/ssl")
 	flag.StringVar(&o.LogLevel, "loglevel", "info", "Server log level")
+	refuse := flag.String("refuse", "", "Demo: comma-separated identities to fail until --fix-file exists")
+	flag.StringVar(&o.FixFile, "fix-file", "", "Demo: the file whose existence approves the --refuse identities")
 	flag.Parse()
+	if *refuse != "" {
+		o.Refuse = strings.Split(*refuse, ",")
+	}
 	if o.BrokerURL == "" || (o.IssuerPublic == "" && o.CACert == "") {
 		fmt.Fprintln(os.Stderr, "example-helper: --broker and either --issuer or --ca-cert/--ca-key are required")
 		os.Exit(2)

@@ -82,7 +82,7 @@ func TestBadKeys(t *testing.T) {
 func TestServerDecodesForAuthorisedCallersOnly(t *testing.T) {
 	c, err := New(NewKey())
 	require.NoError(t, err)
-	srv := httptest.NewServer(Handler(c, "s3cret-token", []string{"http://127.0.0.1:8233"}))
+	srv := httptest.NewServer(Handler(c, ServerOptions{Token: "s3cret-token", Origins: []string{"http://127.0.0.1:8233"}}))
 	defer srv.Close()
 
 	enc, err := DataConverter(c).ToPayload("the signed server JWT")
@@ -124,4 +124,64 @@ func TestServerDecodesForAuthorisedCallersOnly(t *testing.T) {
 	require.NoError(t, err)
 	pre.Body.Close()
 	require.Empty(t, pre.Header.Get("Access-Control-Allow-Origin"), "unknown origins get no CORS grant")
+}
+
+// The dev stack's Web UI has no login to pass a token from: with DevTrustOrigins its origin is
+// served without one, while other origins and callers without an origin still need the token.
+func TestDevTrustOriginsServesOnlyTheUIOrigin(t *testing.T) {
+	c, err := New(NewKey())
+	require.NoError(t, err)
+	const ui = "http://127.0.0.1:8233"
+	addr, err := Serve(t.Context(), "127.0.0.1:0", c, ServerOptions{Token: "s3cret-token-0123456789", Origins: []string{ui}, DevTrustOrigins: true})
+	require.NoError(t, err)
+
+	enc, err := DataConverter(c).ToPayload("decoded for the UI")
+	require.NoError(t, err)
+	body, err := protojson.Marshal(&commonpb.Payloads{Payloads: []*commonpb.Payload{enc}})
+	require.NoError(t, err)
+	post := func(origin, auth string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/decode", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Namespace", "default")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post(ui, ""), "the UI's origin needs no token")
+	require.Equal(t, http.StatusUnauthorized, post("http://evil.example", ""), "another origin does")
+	require.Equal(t, http.StatusUnauthorized, post("", ""), "a caller without an origin does")
+	require.Equal(t, http.StatusOK, post("", "Bearer s3cret-token-0123456789"), "the token still works")
+
+	// without the switch the UI's origin needs the token like everyone else
+	strict := httptest.NewServer(Handler(c, ServerOptions{Token: "s3cret-token-0123456789", Origins: []string{ui}}))
+	defer strict.Close()
+	req, _ := http.NewRequest(http.MethodPost, strict.URL+"/decode", bytes.NewReader(body))
+	req.Header.Set("Origin", ui)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+func TestDevTrustOriginsRefusesNonLoopbackListeners(t *testing.T) {
+	c, err := New(NewKey())
+	require.NoError(t, err)
+	o := ServerOptions{Token: "s3cret-token-0123456789", Origins: []string{"http://127.0.0.1:8233"}, DevTrustOrigins: true}
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0", "192.0.2.1:8081", "ui.example.net:8081"} {
+		_, err := Serve(t.Context(), addr, c, o)
+		require.ErrorIs(t, err, ErrNotLoopback, addr)
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
+		_, err := Serve(t.Context(), addr, c, o)
+		require.NoError(t, err, addr)
+	}
+	_, err = Serve(t.Context(), "127.0.0.1:0", c, ServerOptions{Token: "s3cret-token-0123456789", DevTrustOrigins: true})
+	require.Error(t, err, "the switch needs the origins it trusts")
 }

@@ -14,6 +14,9 @@ import (
 // ServerTokenEnv may hold the codec server's bearer token instead of a token file.
 const ServerTokenEnv = "PROVISIONER_CODEC_SERVER_TOKEN"
 
+// ErrNotLoopback is returned when DevTrustOrigins is asked of a listener other hosts could reach.
+var ErrNotLoopback = errors.New("serving the Web UI origins without a token is for a loopback listener only")
+
 // ReadToken reads the codec server's bearer token from ServerTokenEnv, else from file.
 func ReadToken(file string) (string, error) {
 	if t := os.Getenv(ServerTokenEnv); t != "" {
@@ -33,14 +36,43 @@ func ReadToken(file string) (string, error) {
 	return t, nil
 }
 
-// Serve listens on addr until ctx ends and returns the bound address.
-func Serve(ctx context.Context, addr string, cd *Codec, token string, origins []string) (string, error) {
+// Serve listens on addr until ctx ends and returns the bound address. With DevTrustOrigins the
+// address must be a loopback one (127.0.0.0/8, ::1 or localhost), checked before and after binding.
+func Serve(ctx context.Context, addr string, cd *Codec, o ServerOptions) (string, error) {
+	if o.DevTrustOrigins {
+		if err := checkLoopback(addr); err != nil {
+			return "", err
+		}
+		if len(o.Origins) == 0 {
+			return "", errors.New("serving Web UI origins without a token needs the origins (--cors-origin)")
+		}
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}
-	srv := &http.Server{Handler: Handler(cd, token, origins), ReadHeaderTimeout: 5 * time.Second}
+	if o.DevTrustOrigins {
+		if ta, ok := l.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+			l.Close()
+			return "", fmt.Errorf("%w: bound %s", ErrNotLoopback, l.Addr())
+		}
+	}
+	srv := &http.Server{Handler: Handler(cd, o), ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	go func() { _ = srv.Serve(l) }()
 	return l.Addr().String(), nil
+}
+
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w, not %q (an empty host or 0.0.0.0 listens on every interface)", ErrNotLoopback, addr)
 }

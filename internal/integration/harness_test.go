@@ -37,15 +37,18 @@ type env struct {
 }
 
 type envOptions struct {
-	ownTemporalWithUI bool   // a Temporal of the test's own, with the Web UI
-	ownTemporal       bool   // a Temporal of the test's own
-	persist           bool   // ... on a SQLite file, so it survives a restart
-	temporalAddress   string // a Temporal the test started itself (postgres_test.go)
-	mode              string // devstack.ModeIssuer (default) or ModePKI
-	extraConfig       string // YAML appended to the provisioner's configuration
+	ownTemporalWithUI bool       // a Temporal of the test's own, with the Web UI
+	ownTemporal       bool       // a Temporal of the test's own
+	persist           bool       // ... on a SQLite file, so it survives a restart
+	temporalAddress   string     // a Temporal the test started itself (postgres_test.go)
+	temporalTLS       config.TLS // temporal.tls for temporalAddress
+	mode              string     // devstack.ModeIssuer (default) or ModePKI
+	extraConfig       string     // YAML appended to the provisioner's configuration
 	servers           int
 	helper            func(stack *devstack.Stack) string        // helper command line; nil: the example helper
 	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
+	failing           int                                       // the example helper refuses the first n servers (devstack.StackOptions.Failing)
+	uiCodecEndpoint   string                                    // the Web UI decodes through this codec server
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -61,6 +64,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts := devstack.StackOptions{
 		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
+		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()
@@ -70,6 +74,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.temporalAddress != "" {
 		opts.TemporalAddress = o.temporalAddress
 	}
+	opts.TemporalTLS = o.temporalTLS
 	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
@@ -91,9 +96,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	cfg, err := config.Load(stack.ConfigFile)
 	require.NoError(t, err)
-	dc, _, err := service.DataConverter(cfg)
-	require.NoError(t, err)
-	c, err := client.Dial(client.Options{HostPort: stack.TemporalAddress, DataConverter: dc, Logger: logging.NewTemporal(zap.NewNop())})
+	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &env{t: t, stack: stack, cfg: cfg, client: c}

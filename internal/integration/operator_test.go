@@ -41,7 +41,7 @@ printf '%%s' "$input" | %[2]s
 func (e *env) operator() *operator.Operator {
 	dc, _, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
-	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue}
+	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue, Namespace: e.cfg.Temporal.Namespace}
 }
 
 // cli runs the operator CLI binary and returns its output and exit code.
@@ -80,11 +80,15 @@ func (e *env) setFlag(name string, on bool) {
 func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t)})
 	e.setFlag("helper-broken", true)
-	e.provisioner("replica-a")
+	svc := e.provisioner("replica-a")
 	op := e.operator()
 	ctx := context.Background()
 
 	e.waitFailed(4) // every host fails while the helper is broken
+	// five helper runs per host, one provisioning error per failed host, one final error line each
+	require.Equal(t, 20.0, testutil.ToFloat64(svc.Metrics.HelperErrors.WithLabelValues("dev")))
+	require.Equal(t, 4.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
+	require.Equal(t, 4, e.logLines("replica-a", `"level":"error"`, "step failed, no retries left"))
 
 	hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed, Step: workflows.StepHelper, Site: "dev"})
 	require.NoError(t, err)
@@ -197,7 +201,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
 	e.setFlag("helper-slow", false)
-	time.Sleep(service.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
+	time.Sleep(workflows.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
 	_, err = svc.Sweep(ctx)
 	require.NoError(t, err)
 	e.waitProvisioned(60*time.Second, slow, fresh)
@@ -247,4 +251,22 @@ func TestIntegrationCancelHost(t *testing.T) {
 	require.False(t, devstack.Provisioned(m))
 	out, code = e.cli(nil, "cancel", "no-such-host.example")
 	require.Equal(t, 2, code, out)
+}
+
+// logLines counts the lines of a replica's log that contain every one of parts.
+func (e *env) logLines(replica string, parts ...string) int {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, replica+".log"))
+	require.NoError(e.t, err)
+	n := 0
+lines:
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				continue lines
+			}
+		}
+		n++
+	}
+	return n
 }

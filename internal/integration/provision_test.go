@@ -57,7 +57,7 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 		e.runs(m.Identity, 1)
 		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
 	}
-	e.writeReplayHistory(e.stack.Fleet.Members[0].Identity)
+	e.writeReplayHistory("provision-ed25519", e.stack.Fleet.Members[0].Identity)
 	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
 	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
 	// servers still starting when the first sweep runs are found by their startup events instead
@@ -93,11 +93,17 @@ printf '%%s' "$input" | %[3]s
 		return script
 	}})
 	start := time.Now()
-	e.provisioner("replica-a")
+	svc := e.provisioner("replica-a")
 	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
 	elapsed := time.Since(start)
 	t.Logf("all provisioned in %v, flaky host included", elapsed)
 	require.Less(t, elapsed, e.cfg.IntervalDuration, "recovery must not wait for the next discovery sweep")
+	// a host that fails and recovers: its failed helper runs counted, no provisioning error
+	require.Equal(t, 2.0, testutil.ToFloat64(svc.Metrics.HelperErrors.WithLabelValues("dev")))
+	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
+	require.Equal(t, 3.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
+	require.Zero(t, e.logLines("replica-a", "no retries left"))
+	require.Equal(t, 2, e.logLines("replica-a", `"level":"warn"`, "step failed, will retry", `"step":"helper"`))
 
 	for _, m := range e.stack.Fleet.Members {
 		e.verifyServerJWT(m)
@@ -120,6 +126,7 @@ printf '%%s' "$input" | %[3]s
 			}
 		}
 		require.GreaterOrEqual(t, timers, 1, "the defer must wait on a durable timer")
+		e.writeReplayHistory("provision-defer-helper-failures", m.Identity)
 	}
 }
 

@@ -58,7 +58,7 @@ func TestIntegrationTemporalCLIForOperators(t *testing.T) {
 	_, cd, err := service.DataConverter(e.cfg)
 	require.NoError(t, err)
 	token := "operator-token-0123456789"
-	srv := httptest.NewServer(codec.Handler(cd, token, nil))
+	srv := httptest.NewServer(codec.Handler(cd, codec.ServerOptions{Token: token}))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	out = e.temporalCLI("workflow", "query", "--workflow-id", id, "--type", "status",

@@ -5,56 +5,48 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
-// chromium renders url headless and returns the DOM after the page's scripts ran; with shot set
-// it also saves a screenshot. Debian's chromium is installed by .ci/run.
-func chromium(t *testing.T, page string, shot string) string {
-	t.Helper()
-	bin, err := exec.LookPath("chromium")
-	require.NoError(t, err, "the Web UI test needs Debian's chromium: apt-get install chromium")
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-		"--disable-sync", "--no-first-run", "--disable-quic", "--user-data-dir=" + t.TempDir(), "--virtual-time-budget=15000",
-		"--window-size=1400,1000"}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	if shot != "" {
-		out, err := exec.CommandContext(ctx, bin, append(args, "--screenshot="+shot, page)...).CombinedOutput()
-		require.NoError(t, err, string(out))
-		require.FileExists(t, shot)
-	}
-	dom, err := exec.CommandContext(ctx, bin, append(args, "--dump-dom", page)...).Output()
-	require.NoError(t, err)
-	return string(dom)
-}
+// UI strings (Temporal UI 2.42) the test reads: the codec status icon's test IDs and the banner.
+const (
+	uiCodecOK     = `data-testid="data-encoder-status-success"`
+	uiCodecError  = `data-testid="data-encoder-status-error"`
+	uiCodecBanner = "Codec Server could not connect"
+	uiRunQuery    = `//button[contains(., "Run Query")]`
+)
 
-// The Temporal Web UI, in real headless Chromium, shows the host workflows filtered by the custom
-// search attributes, and the failed host's reason.
+// The Temporal Web UI, in real headless Chromium and decoding through the codec server as the dev
+// stack wires it (the UI's origin trusted without a token): host workflows filtered by the custom
+// search attributes, a host page with its decoded input and no codec error, the Queries tab
+// answering `status` with the step timeline, and the `--failing` demo's refused host with its
+// reason readable, fixed and retried as the README walks through it.
 func TestIntegrationWebUIShowsHostsAndFailures(t *testing.T) {
-	var broken string
-	e := newEnv(t, envOptions{ownTemporalWithUI: true, servers: 3, helper: func(s *devstack.Stack) string {
-		broken = s.Fleet.Identity(2)
-		script := filepath.Join(s.Opts.Dir, "helper.sh")
-		body := fmt.Sprintf(`#!/bin/sh
-input=$(cat)
-case "$input" in *'"identity":"%s"'*) echo "CA refused the CSR for this host" >&2; exit 1;; esac
-printf '%%s' "$input" | %s
-`, broken, s.HelperCommand)
-		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
-		return script
-	}})
+	codecPort, err := devstack.FreePort()
+	require.NoError(t, err)
+	codecURL := fmt.Sprintf("http://127.0.0.1:%d", codecPort)
+	e := newEnv(t, envOptions{ownTemporalWithUI: true, servers: 3, failing: 1, uiCodecEndpoint: codecURL})
+	_, cd, err := service.DataConverter(e.cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, err = codec.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", codecPort), cd, codec.ServerOptions{
+		Token: codec.NewKey(), Origins: []string{e.stack.UIURL()}, DevTrustOrigins: true})
+	require.NoError(t, err)
+
 	e.provisioner("replica-a")
-	good := e.stack.Fleet.Members[:2]
+	broken := e.stack.Refused[0]
+	require.Equal(t, e.stack.Fleet.Identity(0), broken)
+	good := e.stack.Fleet.Members[1:]
 	e.waitProvisioned(60*time.Second, good...)
 	failed := e.waitFailed(1)[0]
 	require.Equal(t, broken, failed.Identity)
@@ -68,22 +60,74 @@ printf '%%s' "$input" | %s
 	}
 	ui := e.stack.UIURL() + "/namespaces/default/workflows"
 	list := func(query string) string { return ui + "?query=" + url.QueryEscape(query) }
+	b := newBrowser(t)
 
-	dom := chromium(t, list(`ProvisionOutcome="failed"`), filepath.Join(shots, "ui-failed-hosts.png"))
-	require.Contains(t, dom, workflows.WorkflowID(broken))
-	require.Contains(t, dom, "Failed")
+	b.open(list(`ProvisionOutcome="failed"`), fmt.Sprintf(`//a[contains(., %q)]`, workflows.WorkflowID(broken)))
+	b.shot(filepath.Join(shots, "ui-failed-hosts.png"))
+	page := b.text()
+	require.Contains(t, page, "Failed")
 	for _, m := range good {
-		require.NotContains(t, dom, workflows.WorkflowID(m.Identity), "the failed filter must hide provisioned hosts")
+		require.NotContains(t, page, workflows.WorkflowID(m.Identity), "the failed filter must hide provisioned hosts")
 	}
 
-	dom = chromium(t, list(`ProvisionOutcome="provisioned" AND ProvisionSite="dev"`), filepath.Join(shots, "ui-provisioned-hosts.png"))
+	b.open(list(`ProvisionOutcome="provisioned" AND ProvisionSite="dev"`), fmt.Sprintf(`//a[contains(., %q)]`, workflows.WorkflowID(good[0].Identity)))
+	b.shot(filepath.Join(shots, "ui-provisioned-hosts.png"))
+	page = b.text()
 	for _, m := range good {
-		require.Contains(t, dom, workflows.WorkflowID(m.Identity))
+		require.Contains(t, page, workflows.WorkflowID(m.Identity))
 	}
-	require.NotContains(t, dom, workflows.WorkflowID(broken))
+	require.NotContains(t, page, workflows.WorkflowID(broken))
 
-	page := fmt.Sprintf("%s/%s/%s/history", ui, url.PathEscape(failed.WorkflowID), failed.RunID)
-	dom = chromium(t, page, filepath.Join(shots, "ui-failed-host.png"))
-	require.Contains(t, dom, "CA refused the CSR for this host", "the failure reason must be on the workflow page")
-	require.True(t, strings.Contains(dom, "step helper"), "the failed step must be named")
+	// a provisioned host: Input decoded by the codec server, no codec error
+	host := e.runs(good[0].Identity, 1)[0].Executions[0].Execution
+	hostPage := fmt.Sprintf("%s/%s/%s", ui, url.PathEscape(host.WorkflowId), host.RunId)
+	b.open(hostPage+"/history", `//h2[contains(., "Input")]`)
+	b.waitText(fmt.Sprintf(`"identity": %q`, good[0].Identity))
+	b.waitFor(`[data-testid="data-encoder-status-success"]`)
+	b.shot(filepath.Join(shots, "ui-host-decoded.png"))
+	requireDecoded(t, b)
+
+	// its Queries tab answers status with the step timeline, decoded
+	b.open(hostPage+"/query", uiRunQuery)
+	b.click(uiRunQuery)
+	page = b.waitText(`"timeline"`)
+	b.shot(filepath.Join(shots, "ui-host-query.png"))
+	for _, want := range []string{`"outcome": "provisioned"`, `"helper_decision": "configure"`, `"step": "jwt"`, `"step": "helper"`, `"step": "configure"`, `"step": "restart"`} {
+		require.Contains(t, page, want)
+	}
+	requireDecoded(t, b)
+
+	// the refused host: its reason readable on its page, its input decoded
+	failedPage := fmt.Sprintf("%s/%s/%s", ui, url.PathEscape(failed.WorkflowID), failed.RunID)
+	b.open(failedPage+"/history", `//h2[contains(., "Input")]`)
+	page = b.waitText(fmt.Sprintf(`"identity": %q`, broken))
+	b.shot(filepath.Join(shots, "ui-failed-host.png"))
+	require.Contains(t, page, "step helper", "the failed step must be named")
+	require.Contains(t, page, "the demo CA has not approved this host", "the failure reason must be on the workflow page")
+	require.Contains(t, page, "touch "+e.stack.FixFile, "the reason names the fix")
+	requireDecoded(t, b)
+
+	b.open(failedPage+"/query", uiRunQuery)
+	b.click(uiRunQuery)
+	page = b.waitText(`"timeline"`)
+	require.Contains(t, page, `"outcome": "failed"`)
+	require.Contains(t, page, "the demo CA has not approved this host")
+
+	// the README's walkthrough: fix the cause, retry the failed hosts, all provisioned
+	require.NoError(t, os.WriteFile(e.stack.FixFile, nil, 0o600))
+	out, code := e.cli(nil, "retry", "--failed")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "retried 1 host")
+	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members...)
+	e.waitOutcome(broken, workflows.OutcomeProvisioned)
+}
+
+// requireDecoded fails when the page carries the UI's codec error or an undecoded payload.
+func requireDecoded(t *testing.T, b *browser) {
+	t.Helper()
+	dom := b.html()
+	require.Contains(t, dom, uiCodecOK, "the UI must report the codec server converted the payloads")
+	require.NotContains(t, dom, uiCodecError)
+	require.NotContains(t, dom, uiCodecBanner)
+	require.NotContains(t, b.text(), codec.EncodingName, "a payload is still encrypted")
 }

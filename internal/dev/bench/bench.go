@@ -24,12 +24,12 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/internal/dev/procstat"
-	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -254,15 +254,21 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 	res.TemporalPeakRSSMiB = round(procstat.PeakRSSMiB(temporalPID), 0)
 	res.SimulatorPeakRSSMiB = round(procstat.PeakRSSMiB(sim.Process.Pid), 0)
 
-	if err := historyStats(ctx, fmt.Sprintf("127.0.0.1:%d", tport), res); err != nil {
+	if err := historyStats(ctx, conf, res); err != nil {
 		logf("history statistics: %v", err)
 	}
 	return res, nil
 }
 
 // historyStats counts runs per host over every run, and history events per host over a sample.
-func historyStats(ctx context.Context, address string, res *Result) error {
-	c, err := client.Dial(client.Options{HostPort: address, Logger: logging.NewTemporal(zap.NewNop())})
+// It reaches Temporal as the measured provisioner does: the temporal section of its
+// configuration file conf (address, namespace, TLS, API key).
+func historyStats(ctx context.Context, conf string, res *Result) error {
+	cfg, err := config.LoadForOperator(conf)
+	if err != nil {
+		return err
+	}
+	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/choria-temporal/provisioner/config"
 )
 
 // StackOptions describe a local provisioning network.
@@ -32,6 +34,11 @@ type StackOptions struct {
 	LogLevel    string
 	// TemporalAddress uses a running Temporal instead of starting one (tests share one server).
 	TemporalAddress string
+	// TemporalNamespace defaults to "default".
+	TemporalNamespace string
+	// TemporalTLS and TemporalAPIKeyFile reach a TemporalAddress that wants TLS or an API key.
+	TemporalTLS        config.TLS
+	TemporalAPIKeyFile string
 	// IdentityPrefix keeps fleets of different tests apart in one Temporal namespace.
 	IdentityPrefix string
 	// TaskQueue defaults to choria-provisioner.
@@ -42,6 +49,9 @@ type StackOptions struct {
 	TemporalDynamicConfig []string
 	// Mode is the network's security: ModeIssuer (default) or ModePKI.
 	Mode string
+	// Failing makes the example helper refuse the first Failing servers of the fleet until
+	// Stack.FixFile exists (the failed-hosts demo; ignored with a Helper of one's own).
+	Failing int
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
@@ -59,6 +69,8 @@ type Stack struct {
 	CodecKeyFile    string
 	HelperCommand   string
 	TaskQueue       string
+	Refused         []string // identities the example helper refuses until FixFile exists (Failing)
+	FixFile         string
 	ctx             context.Context
 	cancel          context.CancelFunc
 	wg              sync.WaitGroup
@@ -136,12 +148,19 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 
+	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix}
+	if o.Failing > 0 {
+		for i := range o.Failing {
+			s.Refused = append(s.Refused, s.Fleet.Identity(i))
+		}
+		s.FixFile = filepath.Join(o.Dir, "ca-approved")
+	}
+
 	if err := s.writeProvisionerConfig(); err != nil {
 		s.Stop()
 		return nil, err
 	}
 
-	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix}
 	if err := s.Fleet.StartN(o.Servers); err != nil {
 		s.Stop()
 		return nil, err
@@ -153,11 +172,15 @@ func (s *Stack) writeProvisionerConfig() error {
 	helper := s.Opts.Helper
 	if helper == "" {
 		helper = ExampleHelperCommand(s.Opts.Self, s.Broker.URL, s.Creds)
+		if len(s.Refused) > 0 {
+			helper += fmt.Sprintf(" --refuse %s --fix-file %s", strings.Join(s.Refused, ","), s.FixFile)
+		}
 	}
 	files, err := WriteSiteFiles(s.Creds, SiteOptions{
 		Dir: s.Opts.Dir, BrokerURL: s.Broker.URL, TemporalAddress: s.TemporalAddress, TaskQueue: s.TaskQueue,
 		Helper: helper, Interval: s.Opts.Interval, DeferDelay: s.Opts.DeferDelay, LogLevel: s.Opts.LogLevel,
 		LogFile: filepath.Join(s.Opts.Dir, "provisioner.log"), MonitorPort: s.Opts.MonitorPort, MonitorAddress: "127.0.0.1",
+		TemporalNamespace: s.Opts.TemporalNamespace, TemporalTLS: s.Opts.TemporalTLS, TemporalAPIKeyFile: s.Opts.TemporalAPIKeyFile,
 	})
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -35,7 +36,15 @@ type Options struct {
 	Policies     bool   // also send an action policy and an OPA policy
 	SSLDirBase   string // pki without a CSR (jwt-only): servers keep their ssl in <base>/<identity>/ssl
 	LogLevel     string
+	// Refuse are identities the helper fails (exit non-zero, reason on stderr) while FixFile does
+	// not exist: the `make run ARGS="--failing N"` demo of an operator finding, fixing and
+	// retrying failed hosts.
+	Refuse  []string
+	FixFile string
 }
+
+// ErrRefused is the demo's refusal of a host in Options.Refuse.
+var ErrRefused = errors.New("the demo CA has not approved this host")
 
 type input struct {
 	Identity      string `json:"identity"`
@@ -58,6 +67,9 @@ func Run(o Options, in io.Reader, out io.Writer) error {
 	}
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
+	}
+	if err := refused(o, req.Identity); err != nil {
+		return err
 	}
 	var reply map[string]any
 	var err error
@@ -203,4 +215,18 @@ func loadCA(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, []b
 		return nil, nil, nil, errors.New("CA key is not ECDSA")
 	}
 	return ca, key, caPEM, nil
+}
+
+// refused fails an identity of o.Refuse until the operator creates o.FixFile.
+func refused(o Options, identity string) error {
+	if !slices.Contains(o.Refuse, identity) {
+		return nil
+	}
+	if o.FixFile == "" {
+		return fmt.Errorf("%w: %s (no fix file configured)", ErrRefused, identity)
+	}
+	if _, err := os.Stat(o.FixFile); err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; to approve it: touch %s (then: choria-provisioner hosts retry --failed)", ErrRefused, identity, o.FixFile)
 }
