@@ -103,6 +103,10 @@ func TestIntegrationCheckPreflight(t *testing.T) {
 		failsOnly(out, code, st, "temporal")
 		require.NotContains(t, st, "namespace", "nothing is asked of a Temporal that is not there")
 	})
+	t.Run("TLS to a frontend without it", func(t *testing.T) {
+		out, code, st := check([]string{"PROVISIONER_TEMPORAL__TLS__ENABLED=true"})
+		failsOnly(out, code, st, "temporal")
+	})
 	t.Run("namespace missing", func(t *testing.T) {
 		out, code, st := check([]string{"PROVISIONER_TEMPORAL__NAMESPACE=check-no-such-namespace"})
 		failsOnly(out, code, st, "namespace")

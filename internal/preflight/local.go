@@ -98,6 +98,16 @@ func (r *runner) refs(cfg *config.Config) []ref {
 	if cfg.Temporal.CodecKeyFile != "" && os.Getenv(config.CodecKeyEnv) == "" {
 		out = append(out, ref{key: "temporal.codec_key_file", path: cfg.Temporal.CodecKeyFile})
 	}
+	for _, f := range []struct{ key, path string }{
+		{"temporal.tls.ca_file", cfg.Temporal.TLS.CAFile},
+		{"temporal.tls.cert_file", cfg.Temporal.TLS.CertFile},
+		{"temporal.tls.key_file", cfg.Temporal.TLS.KeyFile},
+		{"temporal.api_key_file", cfg.Temporal.APIKeyFile},
+	} {
+		if f.path != "" {
+			out = append(out, ref{key: f.key, path: f.path})
+		}
+	}
 	if cfg.Logfile != "" && cfg.Logfile != "-" {
 		out = append(out, ref{key: "logfile", path: cfg.Logfile, write: true})
 	}
