@@ -223,6 +223,26 @@ type ProvisionResult struct {
 	Identity string `json:"identity"`
 	Outcome  string `json:"outcome"`
 	Message  string `json:"message,omitempty"`
+	// RestartedAt is when the restart RPC succeeded, with the splay it asked for: the host left
+	// provisioning mode by LeftProvisioningBy, whenever the run itself closed (a provisioner
+	// stopped during the restart grace closes it only when it comes back). Zero for runs that
+	// restarted nothing, and for runs of versions before this field.
+	RestartedAt  time.Time `json:"restarted_at,omitzero"`
+	RestartSplay int       `json:"restart_splay,omitempty"`
+}
+
+// ServerRestartDelay is what go-choria's restart action adds to a random share of the splay
+// before the server re-executes.
+const ServerRestartDelay = 2 * time.Second
+
+// LeftProvisioningBy is the latest moment the host could still have answered in provisioning
+// mode before the restart this run made: a sighting made after it is of a host that is back in
+// provisioning mode, not a late echo of this run. Zero when the result does not say.
+func (r ProvisionResult) LeftProvisioningBy() time.Time {
+	if r.RestartedAt.IsZero() {
+		return time.Time{}
+	}
+	return r.RestartedAt.Add(time.Duration(r.RestartSplay)*time.Second + ServerRestartDelay)
 }
 
 // ErrInvalidIdentity is returned for identities that cannot be a Choria identity.

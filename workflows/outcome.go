@@ -57,7 +57,11 @@ func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*Provis
 		return nil, err
 	}
 	p.log.Info("host finished", "outcome", outcome)
-	return &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}, nil
+	res := &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}
+	if !p.restartedAt.IsZero() {
+		res.RestartedAt, res.RestartSplay = p.restartedAt, p.in.RestartSplay
+	}
+	return res, nil
 }
 
 // fail ends the workflow in the failed state with the reason: the failed step stays in

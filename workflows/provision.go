@@ -43,6 +43,8 @@ type provisioner struct {
 	localReads bool
 	// stepRuns counts the activity runs of this run: the first carries the sighting time
 	stepRuns int
+	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)
+	restartedAt time.Time
 }
 
 // outcome is what one pass over the steps decided.
@@ -252,6 +254,7 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 	if err := p.step(ctx, StepRestart, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
 		return err
 	}
+	p.restartedAt = workflow.Now(ctx)
 	// Stay open until the server has restarted out of provisioning mode (it waits splay+2 s, at
 	// most, then re-executes): a sighting made before the restart, delivered late, is absorbed
 	// here instead of starting a new run against a server that is about to leave.

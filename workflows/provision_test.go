@@ -599,3 +599,29 @@ func (s *ProvisionSuite) TestShutdownRefusedIsAFailure() {
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
 	s.Require().Error(s.env.GetWorkflowError())
 }
+
+// The result says when the restart RPC succeeded, so discovery can judge a later sighting by
+// when the host left provisioning mode rather than by when the run closed.
+func (s *ProvisionSuite) TestResultCarriesTheRestartTime() {
+	var restartedAt time.Time
+	s.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+		if info.ActivityType.Name == activities.RestartName {
+			restartedAt = s.env.Now()
+		}
+	})
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	res := s.result()
+	s.False(res.RestartedAt.IsZero())
+	s.WithinDuration(restartedAt, res.RestartedAt, time.Second)
+	s.Equal(DefaultRestartSplay, res.RestartSplay)
+	s.Equal(res.RestartedAt.Add(3*time.Second), res.LeftProvisioningBy())
+}
+
+func (s *ProvisionSuite) TestNoRestartTimeWithoutARestart() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	res := s.result()
+	s.Equal(OutcomeShutdown, res.Outcome)
+	s.True(res.RestartedAt.IsZero())
+	s.True(res.LeftProvisioningBy().IsZero())
+}
