@@ -2,11 +2,10 @@ package activities
 
 import (
 	"context"
-	"errors"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
 	"github.com/choria-io/go-choria/inter"
@@ -26,6 +25,7 @@ type Activities struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	runs    RunHistory
+	caller  rpcCaller
 	// helperSlots bounds the helper runs of this process (workers), whichever task queue
 	// brought them
 	helperSlots chan struct{}
@@ -50,6 +50,7 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 	for _, o := range opts {
 		o(a)
 	}
+	a.caller = newCaller(fw, log)
 	return a
 }
 
@@ -120,83 +121,6 @@ func (a *Activities) logger(ctx context.Context, identity, step string) *zap.Log
 		zap.String(logging.FieldStep, step), zap.Int32(logging.FieldAttempt, info.Attempt))
 }
 
-// Who retries a step: Temporal, by the activity's retry policy (every step but the helper), or
-// the workflow itself, one activity attempt per try (the helper), which then says whether this
-// try is its last.
-const (
-	noWorkflowRetry = iota
-	workflowRetries
-	lastWorkflowTry
-	workflowRetryUnknown
-)
-
-// workflowRetried is an input whose step the workflow retries itself (HelperRequest).
-type workflowRetried interface{ workflowRetry() int }
-
-func (r HelperRequest) workflowRetry() int {
-	switch {
-	case r.Attempts > 0 && r.Attempt < r.Attempts:
-		return workflowRetries
-	case r.Attempts > 0:
-		return lastWorkflowTry
-	}
-	return workflowRetryUnknown
-}
-
-// finish turns an activity error into its Temporal form and logs it. provision_errors is not
-// counted here but once per run that ends failed (service's workflow interceptor): a step's last
-// failure does not always fail the host (a stale sighting, an optional upgrade, a shutdown).
-func (a *Activities) finish(ctx context.Context, in identified, step string, err error) error {
-	workflowRetry := noWorkflowRetry
-	if r, ok := in.(workflowRetried); ok {
-		workflowRetry = r.workflowRetry()
-	}
-	log := a.logger(ctx, in.HostIdentity(), step)
-	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) {
-		// not classified where it was made: a failure of ours or of the transport, never "no reply"
-		err = NewError(ErrTypeRPC, err.Error(), err)
-		errors.As(err, &appErr)
-	}
-	info := activity.GetInfo(ctx)
-	spent := false
-	if rp := info.RetryPolicy; rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts {
-		spent = true
-	}
-	final := appErr.NonRetryable()
-	switch workflowRetry {
-	case noWorkflowRetry:
-		final = final || spent
-	case lastWorkflowTry:
-		final = true
-	}
-	notProvisioning := appErr.Type() == ErrTypeNotProvisioning
-	shutdownGone := step == StepShutdown && appErr.Type() == ErrTypeNoReply && spent
-	opts := temporal.ApplicationErrorOptions{
-		// carry the attempt to the workflow's timeline
-		NonRetryable: appErr.NonRetryable(), Cause: errors.Unwrap(appErr), Details: []any{info.Attempt},
-	}
-	if !final || notProvisioning || shutdownGone {
-		// a try that is retried, or an expected end: the SDK logs it at debug, not error
-		opts.Category = temporal.ApplicationErrorCategoryBenign
-	}
-	err = temporal.NewApplicationErrorWithOptions(appErr.Message(), appErr.Type(), opts)
-	switch {
-	case notProvisioning:
-		// the workflow decides: a stale sighting of a provisioned host, or a failure it reports
-		log.Info("the server is not in provisioning mode", zap.Error(err))
-	case shutdownGone:
-		log.Warn("no reply to shutdown: a server exits at once when its splay is 0 s", zap.Error(err))
-	case final:
-		log.Error("step failed, no retries left", zap.Error(err))
-	case workflowRetry == workflowRetryUnknown:
-		log.Warn("step failed", zap.Error(err))
-	default:
-		log.Warn("step failed, will retry", zap.Error(err))
-	}
-	return err
-}
-
 // busy counts the step in choria_provisioner_busy_workers until the returned func runs.
 func (a *Activities) busy() func() {
 	g := a.metrics.BusyWorkers.WithLabelValues(a.set.Site)
@@ -209,22 +133,31 @@ func (a *Activities) busy() func() {
 // seconds instead of after their start-to-close timeout. A step done sooner sends none.
 const HeartbeatEvery = 2 * time.Second
 
-// heartbeat beats until the returned func runs.
+// heartbeat beats until the returned func runs. A timer, not a goroutine with a ticker: most
+// steps end long before their first beat, and then cost no goroutine at all.
 func heartbeat(ctx context.Context) func() {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(HeartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(HeartbeatEvery, func() {
+		if ctx.Err() != nil {
+			return
 		}
-	}()
-	return func() { close(done) }
+		activity.RecordHeartbeat(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(HeartbeatEvery)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }

@@ -26,10 +26,16 @@ import (
 // connection's error says what is wrong in the configuration's terms: which key, file or
 // server name.
 func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
+	return dialTemporal(ctx, cfg, log, nil)
+}
+
+// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none).
+func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler) (client.Client, error) {
 	opts, err := ClientOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	opts.MetricsHandler = mh
 	began := time.Now()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
@@ -52,6 +58,12 @@ func ClientOptions(cfg *config.Config, log *zap.Logger) (client.Options, error) 
 		Namespace:     cfg.Temporal.Namespace,
 		Logger:        logging.NewTemporal(log.Named("temporal")),
 		DataConverter: dc,
+	}
+	// gzip is the SDK's default; our payloads are encrypted (incompressible), and compressing
+	// the rest cost ~13 % of the provisioner's CPU in a burst (docs/performance.md)
+	opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	if cfg.Temporal.GRPCCompression == "gzip" {
+		opts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionGzip{}
 	}
 	if opts.ConnectionOptions.TLS, err = TemporalTLS(cfg.Temporal.TLS, log); err != nil {
 		return client.Options{}, err
