@@ -14,6 +14,7 @@ import (
 
 	"github.com/choria-io/go-choria/choria"
 	cconfig "github.com/choria-io/go-choria/config"
+	"github.com/choria-io/go-choria/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 	"go.temporal.io/api/workflowservice/v1"
@@ -41,17 +42,31 @@ func NewChoriaFramework(cfg *config.Config, log *zap.Logger) (*choria.Framework,
 // replaces the file's collectives (the provisioner lives on "provisioning"; the operator's
 // reprovision reaches provisioned servers on the file's own collective).
 func NewChoriaClientFramework(cfg *config.Config, collective string) (*choria.Framework, error) {
-	if cfg.ChoriaConfig == "" {
-		return nil, fmt.Errorf("%w: choria_config: a Choria client configuration file is required", config.ErrInvalid)
+	file := cfg.ChoriaConfig
+	if file == "" {
+		// the Choria Provisioner's --choria-config default: the user's Choria client config
+		file = choria.UserConfig()
+		if _, err := os.Stat(file); err != nil {
+			return nil, fmt.Errorf("%w: choria_config: not set (nor --choria-config), and the default Choria client configuration %s: %v",
+				config.ErrInvalid, file, err)
+		}
 	}
 	// go-choria's choria security provider names a client after $USER and refuses to start
 	// without it; services under systemd have no $USER, and the caller ID comes from the JWT anyway.
 	if _, ok := os.LookupEnv("USER"); !ok {
 		_ = os.Setenv("USER", "choria-provisioner")
 	}
-	ccfg, err := cconfig.NewSystemConfig(cfg.ChoriaConfig, false)
+	// read as the Choria Provisioner read it (a client configuration, project files included)
+	ccfg, err := cconfig.NewConfig(file)
 	if err != nil {
-		return nil, fmt.Errorf("choria_config %s: %w", cfg.ChoriaConfig, err)
+		return nil, fmt.Errorf("choria_config %s: %w", file, err)
+	}
+	if cfg.Insecure {
+		// as the Choria Provisioner's choria_insecure: a plain connection to the broker and
+		// unsigned requests (go-choria's switch for that is process-wide)
+		ccfg.DisableTLS = true
+		ccfg.Choria.SecurityProvider = "file"
+		protocol.Secure = "false"
 	}
 	if cfg.BrokerProvisioningPassword != "" {
 		ccfg.Choria.NatsUser = "provisioner"
