@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"io"
@@ -15,9 +16,13 @@ import (
 	"time"
 
 	"github.com/choria-io/tokens"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -214,4 +219,31 @@ func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
 	log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "cli.log"))
 	require.NoError(t, err)
 	require.Contains(t, string(log), `"level":"debug"`, "--debug before the command")
+}
+
+// The queue gauges mean what they meant for the Choria Provisioner: waiting_nodes the hosts found
+// and not yet done, work_queue_entries those waiting for a worker. With discovery running and no
+// worker anywhere, every host found waits in both; once a worker runs, both drain to 0.
+func TestIntegrationQueueGauges(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 3})
+	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, "discovery-only.log"))
+	require.NoError(t, err)
+	svc, err := service.New(e.cfg, log, service.Options{Discovery: true, Registry: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	gauge := func(g *prometheus.GaugeVec) float64 { return testutil.ToFloat64(g.WithLabelValues("dev")) }
+	require.Eventually(t, func() bool {
+		return gauge(svc.Metrics.WaitingNodes) == 3 && gauge(svc.Metrics.WorkQueueEntries) == 3
+	}, 40*time.Second, 200*time.Millisecond, "3 hosts found and waiting for a worker (waiting_nodes %v, work_queue_entries %v)",
+		gauge(svc.Metrics.WaitingNodes), gauge(svc.Metrics.WorkQueueEntries))
+
+	e.provisioner("worker")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	require.Eventually(t, func() bool {
+		return gauge(svc.Metrics.WaitingNodes) == 0 && gauge(svc.Metrics.WorkQueueEntries) == 0
+	}, 40*time.Second, 200*time.Millisecond, "both drain once the hosts are done")
 }

@@ -65,8 +65,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		ShutdownRequests: counter("helper_shutdown_requests", "Shutdowns the helper asked for"),
 		Paused:           gauge("paused", "1 when provisioning is paused"),
 		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
-		WorkQueueEntries: gauge("work_queue_entries", "Hosts being provisioned (running host workflows)"),
-		WaitingNodes:     gauge("waiting_nodes", "Hosts waiting after a helper deferral"),
+		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
+		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 	}
 	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings} {
 		if err := reg.Register(c); err != nil {

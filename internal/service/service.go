@@ -17,6 +17,8 @@ import (
 	"github.com/choria-io/go-choria/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -298,27 +300,41 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 }
 
-// fleetGauges keeps work_queue_entries (running host workflows) and waiting_nodes (deferred
-// ones) from Temporal's visibility, where the Choria Provisioner read them from its queue.
+// fleetGauges keeps the Choria Provisioner's queue gauges from Temporal: waiting_nodes was the
+// hosts in its list (found, not yet done), here the running host workflows; work_queue_entries
+// was the hosts in its work queue waiting for a worker, here the tasks waiting in this site's
+// task queues for a worker (Temporal's approximate backlog).
 func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	running := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
-	deferred := running
-	deferred.Outcome = workflows.OutcomeDeferred
-	count := func(q string) (float64, bool) {
-		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
-		if err != nil {
-			return 0, false
+	queues := []struct {
+		name string
+		kind enumspb.TaskQueueType
+	}{
+		{s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW},
+		{s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		{s.cfg.HelperTaskQueue(), enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+	}
+	backlog := func() (float64, bool) {
+		total := int64(0)
+		for _, q := range queues {
+			resp, err := tc.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+				Namespace: s.cfg.Temporal.Namespace, TaskQueue: &taskqueuepb.TaskQueue{Name: q.name, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+				TaskQueueType: q.kind, ReportStats: true})
+			if err != nil || resp.GetStats() == nil {
+				return 0, false
+			}
+			total += resp.GetStats().GetApproximateBacklogCount()
 		}
-		return float64(resp.GetCount()), true
+		return float64(total), true
 	}
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
-		if n, ok := count(running.String()); ok {
-			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
+		if resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: running.String()}); err == nil {
+			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(float64(resp.GetCount()))
 		}
-		if n, ok := count(deferred.String()); ok {
-			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(n)
+		if n, ok := backlog(); ok {
+			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
 		}
 		select {
 		case <-ctx.Done():
