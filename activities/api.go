@@ -25,20 +25,19 @@ const (
 	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
 )
 
-// Error types carried by Temporal application errors, so the workflow and operators can classify
-// a failure without parsing its message.
+// Steps the activities serve, as the workflow's status, search attributes and every log line
+// name them (workflows re-exports them with its own states).
 const (
-	ErrTypeRPC             = "RPCError"              // transport failure or no reply: retryable
-	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
-	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
-	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
-	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
-	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
-	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
-	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
-	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
-	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
-	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
+	StepJWT       = "jwt"
+	StepGen25519  = "gen25519"
+	StepGencsr    = "gencsr"
+	StepInventory = "inventory"
+	StepHelper    = "helper"
+	StepSign      = "sign"
+	StepConfigure = "configure"
+	StepUpgrade   = "upgrade"
+	StepRestart   = "restart"
+	StepShutdown  = "shutdown"
 )
 
 // Attempted carries the activity attempt that produced a result, so the workflow's timeline can
@@ -49,6 +48,8 @@ type Attempted struct {
 
 // GetAttempt returns the attempt that produced the result.
 func (a *Attempted) GetAttempt() int32 { return a.Attempt }
+
+func (a *Attempted) setAttempt(n int32) { a.Attempt = n }
 
 // HostInput addresses one host.
 type HostInput struct {
@@ -77,12 +78,22 @@ type ED25519Result struct {
 	Signature string `json:"signature"`
 }
 
+// ForHelper is the result as the helper contract has it: without the attempt.
+func (r *ED25519Result) ForHelper() *ED25519Result {
+	return &ED25519Result{PublicKey: r.PublicKey, Directory: r.Directory, Signature: r.Signature}
+}
+
 // CSRResult is what the helper gets as csr (pki feature).
 type CSRResult struct {
 	Attempted
 	CSR       string `json:"csr"`
 	PublicKey string `json:"public_key"`
 	SSLDir    string `json:"ssldir"`
+}
+
+// ForHelper is the result as the helper contract has it: without the attempt.
+func (r *CSRResult) ForHelper() *CSRResult {
+	return &CSRResult{CSR: r.CSR, PublicKey: r.PublicKey, SSLDir: r.SSLDir}
 }
 
 // InventoryResult is the rpcutil#inventory reply, kept as the JSON text the helper contract wants.
@@ -178,3 +189,11 @@ type MessageResult struct {
 	Attempted
 	Message string `json:"message"`
 }
+
+// HostIdentity names the host of each activity input (logs and errors).
+func (in HostInput) HostIdentity() string      { return in.Identity }
+func (in HelperRequest) HostIdentity() string  { return in.Input.Identity }
+func (in SignInput) HostIdentity() string      { return in.Identity }
+func (in ConfigureInput) HostIdentity() string { return in.Identity }
+func (in UpgradeInput) HostIdentity() string   { return in.Identity }
+func (in RestartInput) HostIdentity() string   { return in.Identity }

@@ -342,7 +342,7 @@ func (s *ProvisionSuite) TestTransientFailureRecoversByRetry() {
 }
 
 func (s *ProvisionSuite) TestRetryBudgetRunsOutThenFails() {
-	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeRPC)
+	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
 	s.Require().Error(s.env.GetWorkflowError())
 	s.Equal(5, countOf(s.host.calls, activities.ConfigureName))
@@ -573,7 +573,7 @@ func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
 
 func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
-	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeRPC)
+	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeNoReply)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
 	res := s.result()
 	s.Equal(OutcomeShutdown, res.Outcome)
@@ -581,9 +581,47 @@ func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
 	s.Equal(2, countOf(s.host.calls, activities.ShutdownName))
 }
 
+// A shutdown that could not reach the broker is no confirmation of anything: the host fails.
+func (s *ProvisionSuite) TestShutdownOverADeadBrokerFails() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.host.failing[activities.ShutdownName] = activities.NewError(activities.ErrTypeRPC,
+		"choria_provision#shutdown: no reply from n1 within 10s: the broker connection is down", nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "step shutdown")
+	s.Equal(OutcomeFailed, s.status().Outcome)
+}
+
 func (s *ProvisionSuite) TestShutdownRefusedIsAFailure() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true}}
 	s.host.failing[activities.ShutdownName] = temporal.NewNonRetryableApplicationError("Incorrect provision token supplied", activities.ErrTypeAborted, nil)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
 	s.Require().Error(s.env.GetWorkflowError())
+}
+
+// The result says when the restart RPC succeeded, so discovery can judge a later sighting by
+// when the host left provisioning mode rather than by when the run closed.
+func (s *ProvisionSuite) TestResultCarriesTheRestartTime() {
+	var restartedAt time.Time
+	s.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+		if info.ActivityType.Name == activities.RestartName {
+			restartedAt = s.env.Now()
+		}
+	})
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	res := s.result()
+	s.False(res.RestartedAt.IsZero())
+	s.WithinDuration(restartedAt, res.RestartedAt, time.Second)
+	s.Equal(DefaultRestartSplay, res.RestartSplay)
+	s.Equal(res.RestartedAt.Add(3*time.Second), res.LeftProvisioningBy())
+}
+
+func (s *ProvisionSuite) TestNoRestartTimeWithoutARestart() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	res := s.result()
+	s.Equal(OutcomeShutdown, res.Outcome)
+	s.True(res.RestartedAt.IsZero())
+	s.True(res.LeftProvisioningBy().IsZero())
 }

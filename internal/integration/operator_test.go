@@ -41,7 +41,7 @@ printf '%%s' "$input" | %[2]s
 func (e *env) operator() *operator.Operator {
 	dc, _, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
-	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue}
+	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue, Namespace: e.cfg.Temporal.Namespace}
 }
 
 // cli runs the operator CLI binary and returns its output and exit code.
@@ -201,7 +201,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
 	e.setFlag("helper-slow", false)
-	time.Sleep(service.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
+	time.Sleep(workflows.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
 	_, err = svc.Sweep(ctx)
 	require.NoError(t, err)
 	e.waitProvisioned(60*time.Second, slow, fresh)

@@ -76,6 +76,7 @@ func TestIntegrationPKIMode(t *testing.T) {
 		e.runs(m.Identity, 1)
 		require.Equal(t, pkiFlow, scheduled(e.history(m.Identity)), m.Identity)
 	}
+	e.writeReplayHistory("provision-pki", e.stack.Fleet.Members[0].Identity)
 }
 
 // pki mode with the key made by the helper: it travels encrypted with the ECDH secret, and the
@@ -109,6 +110,7 @@ func TestIntegrationPKIDeniedCSR(t *testing.T) {
 	hist := e.history(failed.Identity)
 	require.Equal(t, 1, strings.Count(strings.Join(scheduled(hist), ","), activities.GencsrName), "a denied CSR is not retried")
 	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[1]))
+	e.writeReplayHistory("provision-pki-denied-csr", failed.Identity)
 }
 
 // jwt-only: no gen25519, no CSR; the helper makes the key, which travels encrypted with the ECDH
@@ -152,4 +154,5 @@ func TestIntegrationHelperShutdown(t *testing.T) {
 	require.Eventually(t, func() bool { return e.stack.Fleet.Members[0].Exited() }, 30*time.Second, 200*time.Millisecond, "the server process exits")
 	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[0]))
 	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.ShutdownRequests.WithLabelValues("dev")))
+	e.writeReplayHistory("provision-shutdown", doomed)
 }

@@ -57,7 +57,7 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 		e.runs(m.Identity, 1)
 		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
 	}
-	e.writeReplayHistory(e.stack.Fleet.Members[0].Identity)
+	e.writeReplayHistory("provision-ed25519", e.stack.Fleet.Members[0].Identity)
 	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
 	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
 	// servers still starting when the first sweep runs are found by their startup events instead
@@ -126,6 +126,7 @@ printf '%%s' "$input" | %[3]s
 			}
 		}
 		require.GreaterOrEqual(t, timers, 1, "the defer must wait on a durable timer")
+		e.writeReplayHistory("provision-defer-helper-failures", m.Identity)
 	}
 }
 

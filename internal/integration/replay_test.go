@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -16,12 +17,13 @@ import (
 
 // writeReplayHistory saves one host's history, payloads decrypted and signed JWTs replaced, as the
 // fixture that workflows' replay test checks every future workflow change against. It runs only
-// when WRITE_REPLAY_HISTORY names the output file.
-func (e *env) writeReplayHistory(identity string) {
-	out := os.Getenv("WRITE_REPLAY_HISTORY")
-	if out == "" {
+// when WRITE_REPLAY_HISTORY names a directory; the file is NAME.json in it.
+func (e *env) writeReplayHistory(name, identity string) {
+	dir := os.Getenv("WRITE_REPLAY_HISTORY")
+	if dir == "" {
 		return
 	}
+	out := filepath.Join(dir, name+".json")
 	_, c, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
 	hist := &historypb.History{Events: e.history(identity)}

@@ -69,5 +69,9 @@ func TestIntegrationLocalActivities(t *testing.T) {
 		require.Equal(t, 4, markers, "%s: jwt, gen25519, inventory and sign as local activities", id)
 		require.Equal(t, workflows.OutcomeProvisioned, e.waitOutcome(id, workflows.OutcomeProvisioned).Outcome)
 	}
+	for id := range st.Hosts {
+		e.writeReplayHistory("provision-local-reads", id)
+		break
+	}
 	t.Logf("history events per host with local reads: %d", events)
 }

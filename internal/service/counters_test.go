@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -48,9 +47,9 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	env := s.NewTestWorkflowEnvironment()
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{ProvisionErrors(m)}})
 	env.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
-	cfg := &config.Config{Site: m.Site, HelperCommand: helper, HelperTimeoutDuration: 10 * time.Second}
-	acts := activities.New(nil, cfg, m, log)
-	env.RegisterActivityWithOptions(acts.RunHelper, activity.RegisterOptions{Name: activities.RunHelperName})
+	acts := activities.New(nil, activities.Settings{Site: m.Site, HelperCommand: helper, HelperTimeout: 10 * time.Second}, m, log)
+	// the helper as the worker registers it (with the shared finish), the RPCs stood in for
+	acts.Register(only{env, activities.RunHelperName})
 	env.RegisterActivityWithOptions(func(context.Context, activities.HostInput) (*activities.InventoryResult, error) {
 		return &activities.InventoryResult{Inventory: "{}", Version: "0.30.2"}, nil
 	}, activity.RegisterOptions{Name: activities.InventoryName})
@@ -108,4 +107,16 @@ func helperRuns(t *testing.T, reg *prometheus.Registry) uint64 {
 	}
 	t.Fatal("no helper_time series")
 	return 0
+}
+
+// only registers the one activity named.
+type only struct {
+	env  *testsuite.TestWorkflowEnvironment
+	name string
+}
+
+func (o only) RegisterActivityWithOptions(a any, opts activity.RegisterOptions) {
+	if opts.Name == o.name {
+		o.env.RegisterActivityWithOptions(a, opts)
+	}
 }

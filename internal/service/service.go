@@ -222,8 +222,8 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		acts := activities.New(rpcFw, s.cfg, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
-		w.RegisterActivity(acts)
+		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
+		acts.Register(w)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
 		}
@@ -234,7 +234,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			// whatever the number of workers polling it: the limit holds fleet-wide
 			hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout, TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit,
 				MaxConcurrentActivityExecutionSize: wo.MaxConcurrentActivityExecutionSize})
-			hw.RegisterActivity(acts)
+			acts.Register(hw)
 			if err := hw.Start(); err != nil {
 				return fmt.Errorf("starting the helper worker: %w", err)
 			}
@@ -248,7 +248,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			Component: s.cfg.LifecycleComponent,
 			TaskQueue: s.cfg.Temporal.TaskQueue,
 			Input:     WorkflowInput(s.cfg),
-			Pause:     NewPauseState(tc, s.cfg.Temporal.TaskQueue, PauseCacheTTL),
+			Pause:     workflows.NewControlClient(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
 			Version:   s.opts.Version,
 		}, s.Metrics, s.log.Named("discovery"))
 		s.discoverer = d
@@ -273,7 +273,9 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 // fleetGauges keeps work_queue_entries (running host workflows) and waiting_nodes (deferred
 // ones) from Temporal's visibility, where the Choria Provisioner read them from its queue.
 func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
-	base := fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s' AND ExecutionStatus = 'Running'", workflows.WorkflowName, s.cfg.Temporal.TaskQueue)
+	running := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
+	deferred := running
+	deferred.Outcome = workflows.OutcomeDeferred
 	count := func(q string) (float64, bool) {
 		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
 		if err != nil {
@@ -284,10 +286,10 @@ func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
-		if n, ok := count(base); ok {
+		if n, ok := count(running.String()); ok {
 			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
 		}
-		if n, ok := count(base + fmt.Sprintf(" AND %s = '%s'", workflows.OutcomeKey.GetName(), workflows.OutcomeDeferred)); ok {
+		if n, ok := count(deferred.String()); ok {
 			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(n)
 		}
 		select {

@@ -1,0 +1,55 @@
+package activities
+
+import (
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// Error types carried by Temporal application errors, so the workflow and operators can classify
+// a failure without parsing its message.
+const (
+	ErrTypeRPC             = "RPCError"              // the request could not be made or travel (broker, transport, ours): retryable
+	ErrTypeNoReply         = "NoReply"               // the request went out and the host did not answer in time: retryable
+	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
+	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
+	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
+	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
+	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
+	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
+	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
+	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
+	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
+	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
+	ErrTypeTooLarge        = "InventoryTooLarge"     // the server's inventory exceeds MaxInventoryBytes: not retryable
+)
+
+// nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
+// the workflow's retry policies name them (NonRetryableErrorTypes).
+var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge}
+
+// NonRetryableErrorTypes lists the error types a retry policy must not retry.
+func NonRetryableErrorTypes() []string { return append([]string(nil), nonRetryable...) }
+
+// NewError is an application error of the given type, retryable unless the type is one no
+// retry can cure.
+func NewError(errType, msg string, cause error) error {
+	for _, t := range nonRetryable {
+		if t == errType {
+			return temporal.NewNonRetryableApplicationError(msg, errType, cause)
+		}
+	}
+	return temporal.NewApplicationErrorWithCause(msg, errType, cause)
+}
+
+// Retryable is false for an error that was marked non-retryable and for a cancellation.
+func Retryable(err error) bool {
+	var app *temporal.ApplicationError
+	return !(errors.As(err, &app) && app.NonRetryable()) && !temporal.IsCanceledError(err)
+}
+
+// IsNoReply is true when a step failed because the host never answered.
+func IsNoReply(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == ErrTypeNoReply
+}
