@@ -94,6 +94,7 @@ func (t *TemporalTLS) Client() config.TLS {
 // and the internode connections both require a client certificate from the CA.
 func (t *TemporalTLS) ServerConfig() string {
 	return fmt.Sprintf(`  tls:
+    refreshInterval: 1m
     internode:
       server:
         certFile: %[1]q
