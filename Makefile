@@ -71,10 +71,13 @@ lint:
 	go vet ./...
 
 ## bench: the benchmark scenarios (docs/performance.md) on the dev stack with a simulated fleet;
-## BENCH_SCENARIOS=burst-1000,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test)
-BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
+## BENCH_SCENARIOS=burst-500,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test);
+## BENCH_BASELINE=older/choria-provisioner and BENCH_ORIGINAL=path/to/the/Choria/Provisioner run
+## them on the same scenarios in the same invocation and print this build's metrics as ratios
+BENCH_SCENARIOS ?= burst-500,burst-500-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
-	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
+	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS)) \
+		$(if $(BENCH_BASELINE),--baseline-bin $(BENCH_BASELINE)) $(if $(BENCH_ORIGINAL),--original-bin $(BENCH_ORIGINAL)) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BIN) .state

@@ -26,6 +26,7 @@ type Activities struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	runs    RunHistory
+	caller  rpcCaller
 }
 
 // Option adds an optional dependency to Activities.
@@ -44,6 +45,7 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 	for _, o := range opts {
 		o(a)
 	}
+	a.caller = newCaller(fw, log)
 	return a
 }
 

@@ -2,11 +2,11 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	cpc "github.com/choria-io/go-choria/client/choria_provisionclient"
 	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
 )
 
@@ -16,9 +16,6 @@ type replyDetails interface {
 	OK() bool
 	StatusMessage() string
 }
-
-// resulter is an output of go-choria's generated clients: each carries its reply details.
-type resulter[D replyDetails] interface{ ResultDetails() D }
 
 // connectivity is the shared framework's view of its broker connection (SharedFramework).
 type connectivity interface{ Connected() bool }
@@ -33,8 +30,8 @@ func (f *SharedFramework) Connected() bool {
 
 // rpc runs one request addressed to identity within timeout, checks that exactly one OK reply
 // came from it, records the rpc metrics, and returns that reply.
-func rpc[O resulter[D], D replyDetails](ctx context.Context, a *Activities, identity, name string, timeout time.Duration, do func(context.Context) ([]O, error)) (O, error) {
-	var zero O
+func (a *Activities) rpc(ctx context.Context, identity, agentName, action string, timeout time.Duration, args map[string]any) (*rpcReply, error) {
+	name := agentName + "#" + action
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
@@ -43,23 +40,50 @@ func rpc[O resulter[D], D replyDetails](ctx context.Context, a *Activities, iden
 		// and its silence would be taken for the host's; it fails as ours instead, and retries
 		err := NewError(ErrTypeRPC, fmt.Sprintf("%s: not sent to %s: the broker connection is down", name, identity), nil)
 		a.metrics.ObserveRPC(name, start, err)
-		return zero, err
+		return nil, err
 	}
-	outs, err := do(rctx)
-	if err != nil {
-		err = NewError(ErrTypeRPC, err.Error(), err) // the request did not go out, or its transport failed
-	} else {
-		details := make([]replyDetails, len(outs))
-		for i, o := range outs {
-			details[i] = o.ResultDetails()
+	replies, err := a.caller.call(rctx, identity, agentName, action, args)
+	switch {
+	case errors.Is(err, errUndecodable):
+		err = NewError(ErrTypeBadReply, fmt.Sprintf("%s: %v", name, err), nil)
+	case err != nil:
+		err = NewError(ErrTypeRPC, fmt.Sprintf("%s: %v", name, err), err) // the request did not go out, or its transport failed
+	default:
+		details := make([]replyDetails, len(replies))
+		for i, r := range replies {
+			details[i] = r
 		}
 		err = a.one(identity, name, details)
 	}
 	a.metrics.ObserveRPC(name, start, err)
 	if err != nil {
-		return zero, err
+		return nil, err
 	}
-	return outs[0], nil
+	return replies[0], nil
+}
+
+// provision calls a choria_provision action on one host with the RPC timeout.
+func (a *Activities) provision(ctx context.Context, identity, action string, args map[string]any) (*rpcReply, error) {
+	return a.rpc(ctx, identity, "choria_provision", action, a.set.RPCTimeout, args)
+}
+
+// outputs reads string outputs of a reply; a missing one is a bad reply.
+func outputs(name string, r *rpcReply, keys ...string) ([]string, error) {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		v, err := r.str(k)
+		if err != nil {
+			return nil, NewError(ErrTypeBadReply, fmt.Sprintf("%s: %v", name, err), nil)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// message is the reply of an action whose only output is a message.
+func message(r *rpcReply) *MessageResult {
+	msg, _ := r.data["message"].(string)
+	return &MessageResult{Message: msg}
 }
 
 // one checks that exactly one reply came, from the addressed host, with an OK status. Silence
@@ -95,34 +119,6 @@ func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 func (a *Activities) connected() bool {
 	c, ok := a.fw.(connectivity)
 	return !ok || c.Connected()
-}
-
-// callProvision calls a choria_provision action on one host with the RPC timeout.
-func callProvision[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, req func(context.Context, *cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
-	return callWithin(ctx, a, identity, action, a.set.RPCTimeout, req)
-}
-
-func callWithin[O resulter[*cpc.ResultDetails]](ctx context.Context, a *Activities, identity, action string, timeout time.Duration, req func(context.Context, *cpc.ChoriaProvisionClient) ([]O, error)) (O, error) {
-	return rpc(ctx, a, identity, "choria_provision#"+action, timeout, func(ctx context.Context) ([]O, error) {
-		// a client per call: the generated clients' option setters mutate them
-		pc, err := cpc.New(a.fw)
-		if err != nil {
-			return nil, err
-		}
-		// one reply is expected: one receiver, not rpcclient's default of three subscriptions
-		return req(ctx, pc.OptionTargets([]string{identity}).OptionWorkers(1))
-	})
-}
-
-// do adapts a generated requester's Do to the outputs rpc wants.
-func do[R interface{ AllOutputs() []O }, O any](ctx context.Context, r interface {
-	Do(context.Context) (R, error)
-}) ([]O, error) {
-	res, err := r.Do(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return res.AllOutputs(), nil
 }
 
 func anyMap(m map[string]string) map[string]any {

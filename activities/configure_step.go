@@ -3,8 +3,6 @@ package activities
 import (
 	"context"
 	"encoding/json"
-
-	cpc "github.com/choria-io/go-choria/client/choria_provisionclient"
 )
 
 // Configure sends the configuration with choria_provision#configure.
@@ -20,33 +18,31 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*Message
 			return nil, NewError(ErrTypeConfig, err.Error(), err)
 		}
 	}
-	r, err := callProvision(ctx, a, in.Identity, "configure", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.ConfigureOutput, error) {
-		req := pc.Configure(string(cj)).Token(a.set.Token)
-		if in.Certificate != "" {
-			req = req.Certificate(in.Certificate)
-		}
-		if in.CA != "" {
-			req = req.Ca(in.CA)
-		}
-		if in.SSLDir != "" {
-			req = req.Ssldir(in.SSLDir)
-		}
-		if key != "" {
-			req = req.Key(key).EcdhPublic(keyECDH)
-		}
-		if in.ServerJWT != "" {
-			req = req.ServerJwt(in.ServerJWT)
-		}
-		if len(in.ActionPolicies) > 0 {
-			req = req.ActionPolicies(anyMap(in.ActionPolicies))
-		}
-		if len(in.OPAPolicies) > 0 {
-			req = req.OpaPolicies(anyMap(in.OPAPolicies))
-		}
-		return do[*cpc.ConfigureResult, *cpc.ConfigureOutput](ctx, req)
-	})
+	args := map[string]any{"config": string(cj), "token": a.set.Token}
+	if in.Certificate != "" {
+		args["certificate"] = in.Certificate
+	}
+	if in.CA != "" {
+		args["ca"] = in.CA
+	}
+	if in.SSLDir != "" {
+		args["ssldir"] = in.SSLDir
+	}
+	if key != "" {
+		args["key"], args["ecdh_public"] = key, keyECDH
+	}
+	if in.ServerJWT != "" {
+		args["server_jwt"] = in.ServerJWT
+	}
+	if len(in.ActionPolicies) > 0 {
+		args["action_policies"] = anyMap(in.ActionPolicies)
+	}
+	if len(in.OPAPolicies) > 0 {
+		args["opa_policies"] = anyMap(in.OPAPolicies)
+	}
+	r, err := a.provision(ctx, in.Identity, "configure", args)
 	if err != nil {
 		return nil, err
 	}
-	return &MessageResult{Message: r.Message()}, nil
+	return message(r), nil
 }

@@ -2,10 +2,9 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/choria-io/go-choria/client/rpcutilclient"
 )
 
 // MaxInventoryBytes keeps an inventory well inside Temporal's payload limit (2 MiB by default),
@@ -17,24 +16,24 @@ var ErrInventoryTooLarge = errors.New("inventory is too large")
 
 // Inventory calls rpcutil#inventory.
 func (a *Activities) Inventory(ctx context.Context, in HostInput) (*InventoryResult, error) {
-	r, err := rpc(ctx, a, in.Identity, "rpcutil#inventory", a.set.RPCTimeout, func(ctx context.Context) ([]*rpcutilclient.InventoryOutput, error) {
-		rc, err := rpcutilclient.New(a.fw)
-		if err != nil {
-			return nil, err
-		}
-		return do[*rpcutilclient.InventoryResult, *rpcutilclient.InventoryOutput](ctx, rc.OptionTargets([]string{in.Identity}).OptionWorkers(1).Inventory())
-	})
+	r, err := a.rpc(ctx, in.Identity, "rpcutil", "inventory", a.set.RPCTimeout, map[string]any{})
 	if err != nil {
 		return nil, a.stale(ctx, in, err)
 	}
-	j, err := r.JSON()
+	version, vok := r.data["version"].(string)
+	upgradable, uok := r.data["upgradable"].(bool)
+	if !vok || !uok {
+		return nil, NewError(ErrTypeBadReply, fmt.Sprintf("rpcutil#inventory: reply from %s has no version or upgradable", r.sender), nil)
+	}
+	// the helper gets the inventory as go-choria's generated client encodes its output
+	j, err := json.Marshal(r.data)
 	if err != nil {
 		return nil, NewError(ErrTypeBadReply, fmt.Sprintf("rpcutil#inventory: cannot encode inventory: %v", err), nil)
 	}
 	if err := checkInventorySize(len(j)); err != nil {
 		return nil, NewError(ErrTypeTooLarge, err.Error(), err)
 	}
-	return &InventoryResult{Inventory: string(j), Version: r.Version(), Upgradable: r.Upgradable()}, nil
+	return &InventoryResult{Inventory: string(j), Version: version, Upgradable: upgradable}, nil
 }
 
 func checkInventorySize(n int) error {

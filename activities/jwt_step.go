@@ -2,23 +2,23 @@ package activities
 
 import (
 	"context"
-
-	cpc "github.com/choria-io/go-choria/client/choria_provisionclient"
 )
 
 // FetchJWT calls choria_provision#jwt and verifies the JWT against jwt_verify_cert.
 func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (*JWTResult, error) {
-	reply, err := callProvision(ctx, a, in.Identity, "jwt", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.JwtOutput, error) {
-		return do[*cpc.JwtResult, *cpc.JwtOutput](ctx, pc.Jwt(a.set.Token))
-	})
+	reply, err := a.provision(ctx, in.Identity, "jwt", map[string]any{"token": a.set.Token})
 	if err != nil {
 		return nil, a.stale(ctx, in, err)
 	}
-	claims, err := VerifyProvisioningJWT(reply.Jwt(), a.set.JWTVerifyCert)
+	out, err := outputs("choria_provision#jwt", reply, "jwt", "ecdh_public")
+	if err != nil {
+		return nil, err
+	}
+	claims, err := VerifyProvisioningJWT(out[0], a.set.JWTVerifyCert)
 	if err != nil {
 		return nil, NewError(ErrTypeInvalidJWT, err.Error(), err)
 	}
 	had := claims.Token != ""
 	claims.Token = ""
-	return &JWTResult{Claims: claims, ECDHPublic: reply.EcdhPublic(), HadToken: had}, nil
+	return &JWTResult{Claims: claims, ECDHPublic: out[1], HadToken: had}, nil
 }

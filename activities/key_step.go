@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-
-	cpc "github.com/choria-io/go-choria/client/choria_provisionclient"
 )
 
 // Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
@@ -16,14 +14,16 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (*ED25519Result
 		return nil, err
 	}
 	nonce := hex.EncodeToString(nb)
-	r, err := callProvision(ctx, a, in.Identity, "gen25519", func(ctx context.Context, pc *cpc.ChoriaProvisionClient) ([]*cpc.Gen25519Output, error) {
-		return do[*cpc.Gen25519Result, *cpc.Gen25519Output](ctx, pc.Gen25519(nonce, a.set.Token))
-	})
+	r, err := a.provision(ctx, in.Identity, "gen25519", map[string]any{"nonce": nonce, "token": a.set.Token})
 	if err != nil {
 		return nil, a.stale(ctx, in, err)
 	}
-	if err := VerifyNonceSignature(r.PublicKey(), r.Signature(), nonce); err != nil {
+	out, err := outputs("choria_provision#gen25519", r, "public_key", "directory", "signature")
+	if err != nil {
+		return nil, err
+	}
+	if err := VerifyNonceSignature(out[0], out[2], nonce); err != nil {
 		return nil, NewError(ErrTypeBadSignature, err.Error(), err)
 	}
-	return &ED25519Result{PublicKey: r.PublicKey(), Directory: r.Directory(), Signature: r.Signature()}, nil
+	return &ED25519Result{PublicKey: out[0], Directory: out[1], Signature: out[2]}, nil
 }

@@ -139,6 +139,9 @@ type Service struct {
 	discoverer     *discovery.Discoverer
 }
 
+// Registry is where the service's series are collected (served on /metrics).
+func (s *Service) Registry() *prometheus.Registry { return s.opts.Registry }
+
 // Sweep runs a discovery sweep now (operators and tests; Run sweeps every interval anyway).
 func (s *Service) Sweep(ctx context.Context) (int, error) {
 	if s.discoverer == nil {
@@ -204,7 +207,13 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if err != nil {
 		return err
 	}
-	tc, err := DialTemporal(ctx, s.cfg, s.log)
+	// the SDK's own signals (schedule-to-start, slots, pollers) beside ours on /metrics
+	mh, stopMetrics, err := metrics.TemporalHandler(s.opts.Registry, s.log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	tc, err := dialTemporal(ctx, s.cfg, s.log, mh)
 	if err != nil {
 		return err
 	}

@@ -26,10 +26,16 @@ import (
 // connection's error says what is wrong in the configuration's terms: which key, file or
 // server name.
 func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
+	return dialTemporal(ctx, cfg, log, nil)
+}
+
+// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none).
+func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler) (client.Client, error) {
 	opts, err := ClientOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	opts.MetricsHandler = mh
 	began := time.Now()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
