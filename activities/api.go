@@ -78,22 +78,12 @@ type ED25519Result struct {
 	Signature string `json:"signature"`
 }
 
-// ForHelper is the result as the helper contract has it: without the attempt.
-func (r *ED25519Result) ForHelper() *ED25519Result {
-	return &ED25519Result{PublicKey: r.PublicKey, Directory: r.Directory, Signature: r.Signature}
-}
-
 // CSRResult is what the helper gets as csr (pki feature).
 type CSRResult struct {
 	Attempted
 	CSR       string `json:"csr"`
 	PublicKey string `json:"public_key"`
 	SSLDir    string `json:"ssldir"`
-}
-
-// ForHelper is the result as the helper contract has it: without the attempt.
-func (r *CSRResult) ForHelper() *CSRResult {
-	return &CSRResult{CSR: r.CSR, PublicKey: r.PublicKey, SSLDir: r.SSLDir}
 }
 
 // InventoryResult is the rpcutil#inventory reply, kept as the JSON text the helper contract wants.

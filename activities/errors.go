@@ -24,6 +24,32 @@ const (
 	ErrTypeTooLarge        = "InventoryTooLarge"     // the server's inventory exceeds MaxInventoryBytes: not retryable
 )
 
+// Sentinel errors, each a distinct reason a user can act on: wrapped by the errors a step
+// returns, so errors.Is finds them.
+var (
+	// of a helper run
+	ErrHelperTimeout  = errors.New("helper timed out")
+	ErrHelperExit     = errors.New("helper exited with a non-zero status")
+	ErrHelperEmpty    = errors.New("helper printed nothing")
+	ErrHelperDecode   = errors.New("helper output is not a JSON object")
+	ErrHelperTooLarge = errors.New("helper output is too large")
+	ErrHelperStart    = errors.New("helper could not be started")
+
+	// of the pki feature and key transport
+	ErrCSRInvalid  = errors.New("CSR is not valid")
+	ErrCSRDenied   = errors.New("CSR names a denied certificate name")
+	ErrCSRMismatch = errors.New("CSR common name does not match the identity")
+	ErrNoECDH      = errors.New("private key received from helper but server did not start Diffie-Hellman exchange")
+	ErrBadKey      = errors.New("private key from the helper is not PEM")
+
+	// of token handling
+	ErrInvalidJWT       = errors.New("provisioning JWT is not valid")
+	ErrBadNonce         = errors.New("ed25519 nonce signature does not verify")
+	ErrSigning          = errors.New("cannot sign server JWT")
+	ErrNoChainSignature = errors.New("jwt_signing_token has no trust chain signature")
+	ErrSignerExpired    = errors.New("jwt_signing_token has expired")
+)
+
 // nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
 // the workflow's retry policies name them (NonRetryableErrorTypes).
 var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge}

@@ -2,8 +2,10 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 )
 
 // Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
@@ -26,4 +28,20 @@ func (a *Activities) Gen25519(ctx context.Context, in HostInput) (*ED25519Result
 		return nil, NewError(ErrTypeBadSignature, err.Error(), err)
 	}
 	return &ED25519Result{PublicKey: out[0], Directory: out[1], Signature: out[2]}, nil
+}
+
+// VerifyNonceSignature checks that the server signed nonce with the key it returned.
+func VerifyNonceSignature(pubHex, sigHex, nonce string) error {
+	pk, err := hex.DecodeString(pubHex)
+	if err != nil || len(pk) != ed25519.PublicKeySize {
+		return fmt.Errorf("%w: public key %q is not a hex ed25519 key", ErrBadNonce, pubHex)
+	}
+	sig, err := hex.DecodeString(sigHex)
+	if err != nil {
+		return fmt.Errorf("%w: signature is not hex", ErrBadNonce)
+	}
+	if !ed25519.Verify(pk, []byte(nonce), sig) {
+		return ErrBadNonce
+	}
+	return nil
 }

@@ -90,3 +90,42 @@ func (p *provisioner) upsert(ctx workflow.Context, updates ...temporal.SearchAtt
 	}
 	return nil
 }
+
+// failedAttempts reads the attempt count the activity put in its error's details.
+func failedAttempts(err error) int32 {
+	var app *temporal.ApplicationError
+	var n int32
+	if errors.As(err, &app) && app.HasDetails() && app.Details(&n) == nil {
+		return n
+	}
+	return 0
+}
+
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return fmt.Sprintf("step %s: %s", e.step, reason(e.err)) }
+func (e *stepError) Unwrap() error { return e.err }
+
+// reason digs the application error's own message out of Temporal's activity error wrapping,
+// prefixed with the step it failed in.
+func reason(err error) string {
+	var se *stepError
+	if errors.As(err, &se) {
+		return se.Error()
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		if app.Type() != "" {
+			return fmt.Sprintf("%s (%s)", app.Message(), app.Type())
+		}
+		return app.Message()
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "timed out: " + timeout.Error()
+	}
+	return err.Error()
+}

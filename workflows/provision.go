@@ -147,7 +147,8 @@ func (p *provisioner) gather(ctx workflow.Context) (*facts, error) {
 		if err := p.step(ctx, StepGen25519, p.host(), &ed); err != nil {
 			return nil, err
 		}
-		f.helper.Input.ED25519PubKey = ed.ForHelper()
+		ed.Attempted = activities.Attempted{} // the helper contract's keys only
+		f.helper.Input.ED25519PubKey = &ed
 	}
 	if err := p.step(ctx, StepInventory, p.host(), &f.inventory); err != nil {
 		return nil, err
@@ -159,7 +160,9 @@ func (p *provisioner) gather(ctx workflow.Context) (*facts, error) {
 		if err := p.step(ctx, StepGencsr, p.host(), f.csr); err != nil {
 			return nil, err
 		}
-		f.helper.Input.CSR = f.csr.ForHelper()
+		csr := *f.csr
+		csr.Attempted = activities.Attempted{} // the helper contract's keys only
+		f.helper.Input.CSR = &csr
 	}
 	return f, nil
 }

@@ -201,7 +201,13 @@ func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExe
 
 func (e *env) history(identity string) []*historypb.HistoryEvent {
 	e.t.Helper()
-	it := e.client.GetWorkflowHistory(context.Background(), workflows.WorkflowID(identity), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	return e.historyOf(workflows.WorkflowID(identity))
+}
+
+// historyOf is the latest run's history of any workflow (the control workflow, for one).
+func (e *env) historyOf(workflowID string) []*historypb.HistoryEvent {
+	e.t.Helper()
+	it := e.client.GetWorkflowHistory(context.Background(), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var events []*historypb.HistoryEvent
 	for it.HasNext() {
 		ev, err := it.Next()

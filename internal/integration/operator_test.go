@@ -207,6 +207,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	e.waitProvisioned(60*time.Second, slow, fresh)
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)
+	e.writeReplayHistoryOf("control-pause-resume", workflows.ControlWorkflowID(e.cfg.Temporal.TaskQueue))
 }
 
 // A failed host is retried automatically when it is sighted again: the next sweep starts a new
