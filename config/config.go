@@ -162,6 +162,13 @@ func LoadForOperator(path string) (*Config, error) {
 	return cfg, nil
 }
 
+// Parse reads file and the environment like Load but validates nothing and leaves the parsed
+// forms (durations, HelperCommand) empty: for the preflight check, which reports every problem
+// rather than the first.
+func Parse(path string) (*Config, error) {
+	return read(path)
+}
+
 func read(path string) (*Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
