@@ -58,6 +58,9 @@ type Temporal struct {
 	ActivityPollers         int `koanf:"activity_pollers"`
 	WorkflowPollers         int `koanf:"workflow_pollers"`
 	MaxConcurrentActivities int `koanf:"max_concurrent_activities"`
+	// GRPCCompression of the requests to Temporal: "none" (default) or "gzip". Payloads are
+	// encrypted, so gzip mostly spends CPU on both ends for nothing (docs/performance.md).
+	GRPCCompression string `koanf:"grpc_compression"`
 
 	// TLS and the API key: how the frontend is reached securely (config/tls.go).
 	TLS        TLS    `koanf:"tls"`
@@ -319,6 +322,11 @@ func (c *Config) validateTemporal() error {
 	}
 	if c.Temporal.TaskQueue == "" {
 		return invalid("temporal.task_queue", "must not be empty")
+	}
+	switch c.Temporal.GRPCCompression {
+	case "", "none", "gzip":
+	default:
+		return invalid("temporal.grpc_compression", "%q: none or gzip", c.Temporal.GRPCCompression)
 	}
 	return c.validateTemporalAuth()
 }
