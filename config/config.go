@@ -111,9 +111,10 @@ type Config struct {
 	DeferDelayDuration        time.Duration `koanf:"-"`
 	ServerJWTValidityDuration time.Duration `koanf:"-"`
 	HelperCommand             []string      `koanf:"-"`
+	File                      string        `koanf:"-"`
+
 	// Warnings are what Load accepted as the Choria Provisioner did but an operator should know.
 	Warnings []string `koanf:"-"`
-	File                      string        `koanf:"-"`
 }
 
 // DefaultCertDenyList is the Choria Provisioner's default list of names a CSR may not carry.
