@@ -402,7 +402,7 @@ func keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
 // open splay+3 s after the restart RPC (absorbing late sightings of the server it restarted),
 // and one a stopped provisioner left in that grace closes within moments of a worker's return.
 const (
-	FinishingRecheck = time.Second
+	FinishingRecheck = 500 * time.Millisecond
 	FinishingWait    = 6 * time.Second
 )
 
