@@ -75,3 +75,31 @@ func TestIntegrationLocalActivities(t *testing.T) {
 	}
 	t.Logf("history events per host with local reads: %d", events)
 }
+
+// temporal.fast_mode: every step a local activity, one or two workflow tasks per host, the same
+// outcome, status and timeline; the steps are markers in the history.
+func TestIntegrationFastMode(t *testing.T) {
+	const hosts = 10
+	e := newEnv(t, envOptions{})
+	e.cfg.Temporal.FastMode = true
+	status := e.startFleetSim(hosts, "--prefix", "fast-")
+	e.provisioner("replica-a")
+	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
+	var last string
+	for id, h := range st.Hosts {
+		require.True(t, h.ServerJWT, id)
+		require.Equal(t, int32(1), h.Configures, id)
+		history := e.history(id)
+		require.Empty(t, scheduled(history), "%s: no regular activity", id)
+		require.ElementsMatch(t, []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName,
+			activities.RunHelperName, activities.SignServerJWTName, activities.ConfigureName, activities.RestartName},
+			e.localActivities(history), id)
+		events, tasks, _, _ := costOf(history)
+		t.Logf("%s: %d history events, %d workflow tasks", id, events, tasks)
+		require.LessOrEqual(t, tasks, 2, id)
+		d := e.waitOutcome(id, workflows.OutcomeProvisioned)
+		require.Len(t, d.State.Timeline, 7, "the status query shows every step")
+		last = id
+	}
+	e.writeReplayHistory("provision-fast", last)
+}
