@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -126,22 +127,31 @@ func (a *Activities) busy() func() {
 // seconds instead of after their start-to-close timeout. A step done sooner sends none.
 const HeartbeatEvery = 2 * time.Second
 
-// heartbeat beats until the returned func runs.
+// heartbeat beats until the returned func runs. A timer, not a goroutine with a ticker: most
+// steps end long before their first beat, and then cost no goroutine at all.
 func heartbeat(ctx context.Context) func() {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(HeartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(HeartbeatEvery, func() {
+		if ctx.Err() != nil {
+			return
 		}
-	}()
-	return func() { close(done) }
+		activity.RecordHeartbeat(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(HeartbeatEvery)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }

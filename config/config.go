@@ -62,6 +62,9 @@ type Temporal struct {
 	ActivityPollers         int `koanf:"activity_pollers"`
 	WorkflowPollers         int `koanf:"workflow_pollers"`
 	MaxConcurrentActivities int `koanf:"max_concurrent_activities"`
+	// GRPCCompression of the requests to Temporal: "none" (default) or "gzip". Payloads are
+	// encrypted, so gzip mostly spends CPU on both ends for nothing (docs/performance.md).
+	GRPCCompression string `koanf:"grpc_compression"`
 
 	// TLS and the API key: how the frontend is reached securely (config/tls.go).
 	TLS        TLS    `koanf:"tls"`
@@ -164,6 +167,13 @@ func LoadForOperator(path string) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// Parse reads file and the environment like Load but validates nothing and leaves the parsed
+// forms (durations, HelperCommand) empty: for the preflight check, which reports every problem
+// rather than the first.
+func Parse(path string) (*Config, error) {
+	return read(path)
 }
 
 func read(path string) (*Config, error) {
@@ -316,6 +326,11 @@ func (c *Config) validateTemporal() error {
 	}
 	if c.Temporal.TaskQueue == "" {
 		return invalid("temporal.task_queue", "must not be empty")
+	}
+	switch c.Temporal.GRPCCompression {
+	case "", "none", "gzip":
+	default:
+		return invalid("temporal.grpc_compression", "%q: none or gzip", c.Temporal.GRPCCompression)
 	}
 	return c.validateTemporalAuth()
 }

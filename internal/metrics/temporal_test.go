@@ -21,6 +21,7 @@ func TestTemporalHandlerExportsOnTheRegistry(t *testing.T) {
 	tagged.Timer("temporal_activity_schedule_to_start_latency").Record(30 * time.Millisecond)
 	tagged.Counter("temporal_workflow_completed").Inc(2)
 	tagged.Gauge("temporal_worker_task_slots_available").Update(7)
+	tagged.WithTags(map[string]string{"operation": "PollWorkflowTaskQueue"}).Timer("temporal_request_latency").Record(time.Millisecond)
 
 	got, err := reg.Gather()
 	require.NoError(t, err)
@@ -45,4 +46,5 @@ func TestTemporalHandlerExportsOnTheRegistry(t *testing.T) {
 	require.Equal(t, dto.MetricType_COUNTER, byName["temporal_workflow_completed_total"].GetType())
 	require.Equal(t, 2.0, byName["temporal_workflow_completed_total"].GetMetric()[0].GetCounter().GetValue())
 	require.Equal(t, 7.0, byName["temporal_worker_task_slots_available"].GetMetric()[0].GetGauge().GetValue())
+	require.NotContains(t, byName, "temporal_request_latency_seconds", "per-request series are dropped")
 }
