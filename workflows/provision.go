@@ -265,7 +265,10 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 	if err := p.step(ctx, StepRestart, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
 		return err
 	}
-	p.restartedAt = workflow.Now(ctx)
+	p.restartedAt = msg.At // when the server was asked, not when this task read the reply
+	if p.restartedAt.IsZero() {
+		p.restartedAt = workflow.Now(ctx)
+	}
 	if p.lean() {
 		return nil // a late sighting is judged by the result's RestartedAt (discovery), not absorbed here
 	}
