@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/fips140"
 	"crypto/md5"
 	"crypto/sha256"
@@ -85,9 +86,10 @@ type rpcCaller interface {
 // schemas in tests instead of on every call. A reply is decoded as go-choria's client decodes it,
 // checking its hash as go-choria's SecureReply.Valid does.
 type directClient struct {
-	fw   inter.Framework
-	sec  inter.SecurityProvider
-	ddls agentDDLs
+	fw    inter.Framework
+	sec   inter.SecurityProvider
+	creds *credentials
+	ddls  agentDDLs
 
 	identity   string // the transport's sender and the request's sender ID
 	caller     string // the caller ID of the JWT
@@ -107,14 +109,16 @@ func newDirectClient(fw inter.Framework, ddls agentDDLs) (*directClient, error) 
 		cfg.Choria.RemoteSignerService || cfg.Choria.RemoteSignerURL != "" || fw.IsFederated() || cfg.Choria.RequireClientFilter {
 		return nil, nil
 	}
-	// the same provider go-choria's framework builds for the "choria" security setting: its seed
-	// signs the request, its JWT is the caller
+	// the same provider go-choria's framework builds for the "choria" security setting: its
+	// configuration is checked as go-choria checks it, and it checks the replies' hashes; its seed
+	// signs the requests and its JWT is the caller (credentials, read as it reads them)
 	sec, err := choriasec.New(choriasec.WithChoriaConfig(cfg), choriasec.WithLog(fw.Logger("security")))
 	if err != nil {
 		return nil, fmt.Errorf("choria security provider: %w", err)
 	}
 	return &directClient{
 		fw: fw, sec: sec, ddls: ddls,
+		creds:    &credentials{seedFile: cfg.Choria.ChoriaSecuritySeedFile, tokenFile: cfg.Choria.ChoriaSecurityTokenFile},
 		identity: cfg.Identity, caller: fw.CallerID(), collective: cfg.MainCollective, ttl: cfg.TTL,
 	}, nil
 }
@@ -196,14 +200,12 @@ func (c *directClient) build(identity, agentName, action string, args map[string
 	sr := &v2.SecureRequest{Protocol: protocol.SecureRequestV2, MessageBody: rj, Signature: []byte("insecure")}
 	// as v2.NewSecureRequest: unsigned and without a caller JWT only in an insecure build
 	if protocol.IsSecure() {
-		token, err := c.sec.TokenBytes()
+		key, token, err := c.creds.current()
 		if err != nil {
-			return nil, fmt.Errorf("caller JWT: %w", err)
+			return nil, fmt.Errorf("the caller's credentials: %w", err)
 		}
 		sr.CallerJWT = string(token)
-		if sr.Signature, err = c.sec.SignBytes(rj); err != nil {
-			return nil, fmt.Errorf("signing the request: %w", err)
-		}
+		sr.Signature = ed25519.Sign(key, rj)
 	}
 	sj, err := json.Marshal(sr)
 	if err != nil {

@@ -550,7 +550,7 @@ func TestPackages(t *testing.T) {
 		saved, err := os.ReadFile(r.path(yamlCfg + ".rpmsave"))
 		require.NoError(t, err)
 		require.Equal(t, siteYAML, string(saved))
-		for _, p := range []string{choria, state + "/site-note"} {
+		for _, p := range []string{choria, state + "/site-note", logFile} {
 			require.True(t, r.exists(p), "%s stays after removal", p)
 		}
 		require.False(t, r.exists("/usr/sbin/choria-provisioner"))

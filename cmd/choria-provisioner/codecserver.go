@@ -10,6 +10,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 
@@ -21,6 +22,8 @@ type codecServerCommand struct {
 	tokenFile string
 	origins   []string
 	devTrust  bool
+	tlsCert   string
+	tlsKey    string
 }
 
 func (c *codecServerCommand) register(app *fisk.Application) {
@@ -29,6 +32,8 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("listen", "Listen address").Default("127.0.0.1:8081").StringVar(&c.listen)
 	cmd.Flag("token-file", "File holding the bearer token callers must present (or "+codec.ServerTokenEnv+")").StringVar(&c.tokenFile)
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)
+	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
+	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode for browsers from the --cors-origin origins without a token (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
 }
 
@@ -48,11 +53,26 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	addr, err := codec.Serve(ctx, c.listen, cd, codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust})
+	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust}
+	scheme := "http"
+	if c.tlsCert != "" || c.tlsKey != "" {
+		if c.tlsCert == "" || c.tlsKey == "" {
+			return errors.New("--tls-cert and --tls-key go together")
+		}
+		log, err := logging.New(cfg.Loglevel, "-") // reloads and their failures, on stderr
+		if err != nil {
+			return err
+		}
+		if o.TLS, err = service.ServerTLS(c.tlsCert, c.tlsKey, log); err != nil {
+			return err
+		}
+		scheme = "https"
+	}
+	addr, err := codec.Serve(ctx, c.listen, cd, o)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("codec server on http://%s (key %s)\n", addr, cd.ActiveKeyID())
+	fmt.Printf("codec server on %s://%s (key %s)\n", scheme, addr, cd.ActiveKeyID())
 	if c.devTrust {
 		fmt.Printf("DEVELOPMENT MODE: browsers from %s are served without a token (loopback only); everyone else needs the bearer token\n", strings.Join(c.origins, ", "))
 	}

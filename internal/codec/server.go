@@ -2,6 +2,7 @@ package codec
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
 	"net/http"
 	"strings"
 
@@ -19,6 +20,8 @@ type ServerOptions struct {
 	// token only when it has a login (TEMPORAL_CODEC_PASS_ACCESS_TOKEN with OIDC), which the local
 	// dev stack has not; Serve refuses this on anything but a loopback listener.
 	DevTrustOrigins bool
+	// TLS, when set, serves HTTPS (codec-server --tls-cert/--tls-key).
+	TLS *tls.Config
 }
 
 // Handler serves Temporal's remote codec HTTP API (POST /encode and /decode, as the Web UI and

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +18,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // The production shape over mutual TLS (docs/deployment.md): the Temporal server on PostgreSQL
@@ -130,6 +133,19 @@ func TestIntegrationPostgresMutualTLS(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "CMDB has no record")
 	require.Contains(t, out, "Timeline:")
+
+	// the temporal CLI over mTLS reads the status query encrypted, and decrypted through the
+	// codec server serving HTTPS with a certificate from the same CA
+	tlsFlags := []string{"--address", srv.Address, "--tls-ca-path", certs.CACert, "--tls-cert-path", certs.ClientCert,
+		"--tls-key-path", certs.ClientKey, "--tls-server-name", devstack.TemporalFrontendName}
+	query := append([]string{"workflow", "query", "--workflow-id", workflows.WorkflowID(failing[0]), "--type", "status"}, tlsFlags...)
+	cliOut := e.temporalCLIWith(nil, query...)
+	require.Contains(t, cliOut, "encryption-key-id")
+	require.NotContains(t, cliOut, "CMDB has no record")
+	codecURL := e.startCodecServerHTTPS(certs)
+	cliOut = e.temporalCLIWith([]string{"SSL_CERT_FILE=" + certs.CACert},
+		append(query, "--codec-endpoint", codecURL, "--codec-auth", "Bearer "+codecToken)...)
+	require.Contains(t, cliOut, "CMDB has no record")
 	e.setFlag("helper-broken", false)
 	out, code = e.cli(nil, append([]string{"retry"}, failing...)...)
 	require.Equal(t, 0, code, out)
@@ -169,6 +185,44 @@ printf '%%s' "$input" | %[2]s
 		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
 		return script
 	}
+}
+
+const codecToken = "mtls-codec-token-0123456789"
+
+// startCodecServerHTTPS runs `choria-provisioner codec-server` serving HTTPS with the codec
+// certificate and returns its URL.
+func (e *env) startCodecServerHTTPS(certs *devstack.TemporalTLS) string {
+	e.t.Helper()
+	port, err := devstack.FreePort()
+	require.NoError(e.t, err)
+	cmd := exec.Command(selfBinary, "codec-server", "--config", e.stack.ConfigFile, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--tls-cert", certs.CodecCert, "--tls-key", certs.CodecKey)
+	cmd.Env = append(os.Environ(), codec.ServerTokenEnv+"="+codecToken)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(e.t, cmd.Start())
+	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(e.t, func() bool { return strings.Contains(out.String(), "codec server on https://") }, 20*time.Second, 100*time.Millisecond,
+		"codec server did not start: %s", &out)
+	return fmt.Sprintf("https://127.0.0.1:%d", port) // the certificate names 127.0.0.1 too
+}
+
+// syncBuffer is a strings.Builder safe for a process's output and a test reading it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // tlsWithoutClientCertificate makes a TLS connection trusting caFile, without a client

@@ -97,7 +97,10 @@ func TemporalTLS(t config.TLS, log *zap.Logger) (*tls.Config, error) {
 		tc.RootCAs = pool
 	}
 	if t.CertFile != "" {
-		r := &certReloader{certFile: t.CertFile, keyFile: t.KeyFile, log: log}
+		r := &certReloader{certFile: t.CertFile, keyFile: t.KeyFile, log: log, what: "Temporal client certificate",
+			load: func(cert, key string) (*tls.Certificate, error) {
+				return config.LoadClientCertificate(cert, key, time.Now())
+			}}
 		if _, err := r.current(); err != nil {
 			return nil, err
 		}
@@ -128,10 +131,30 @@ func inode(st os.FileInfo) uint64 {
 	return 0
 }
 
-// certReloader holds the client certificate and reads its files again when either changed.
+// ServerTLS is a server's TLS configuration with the certificate and key in certFile and
+// keyFile, read again at a handshake after either changed (the codec server's HTTPS).
+func ServerTLS(certFile, keyFile string, log *zap.Logger) (*tls.Config, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log, what: "server certificate", load: loadServerCertificate}
+	if _, err := r.current(); err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return r.current() }}, nil
+}
+
+func loadServerCertificate(certFile, keyFile string) (*tls.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	return &pair, nil
+}
+
+// certReloader holds a certificate and reads its files again when either changed.
 type certReloader struct {
 	certFile, keyFile string
 	log               *zap.Logger
+	what              string
+	load              func(certFile, keyFile string) (*tls.Certificate, error)
 
 	mu        sync.Mutex
 	cert      *tls.Certificate
@@ -148,18 +171,21 @@ func (r *certReloader) current() (*tls.Certificate, error) {
 	if r.cert != nil && (cerr != nil || kerr != nil || stamps == r.stamps || stamps == r.badStamps) {
 		return r.cert, nil // unchanged, or a change that does not load: keep the pair that works
 	}
-	cert, err := config.LoadClientCertificate(r.certFile, r.keyFile, time.Now())
+	cert, err := r.load(r.certFile, r.keyFile)
 	if err != nil {
 		if r.cert == nil {
 			return nil, err
 		}
 		r.badStamps = stamps
-		r.log.Warn("the changed Temporal client certificate does not load; still using the previous one", zap.Error(err))
+		r.log.Warn("the changed "+r.what+" does not load; still using the previous one", zap.Error(err))
 		return r.cert, nil
 	}
 	if r.cert != nil {
-		r.log.Info("Temporal client certificate reloaded", zap.String("file", r.certFile), zap.String("subject", cert.Leaf.Subject.String()),
-			zap.Time("not_after", cert.Leaf.NotAfter))
+		fields := []zap.Field{zap.String("file", r.certFile)}
+		if cert.Leaf != nil {
+			fields = append(fields, zap.String("subject", cert.Leaf.Subject.String()), zap.Time("not_after", cert.Leaf.NotAfter))
+		}
+		r.log.Info(r.what+" reloaded", fields...)
 	}
 	r.cert, r.stamps = cert, stamps
 	return cert, nil

@@ -200,3 +200,36 @@ func TestAPIKeyOverTLS(t *testing.T) {
 	require.ErrorContains(t, err, "the frontend refused the API key in "+config.APIKeyEnv)
 	require.NotContains(t, err.Error(), "revoked-env-key-77", "the key is not in the error")
 }
+
+// The codec server's certificate (ServerTLS) is re-read when its files change, like the client's.
+func TestServerCertificateReloadedWhenFilesChange(t *testing.T) {
+	pki := testpki.New(t, "Server Reload Test CA")
+	cert, key := pki.Leaf(t, "codec", "codec-v1", nil)
+	tc, err := ServerTLS(cert, key, zap.NewNop())
+	require.NoError(t, err)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", tc)
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	served := func() string {
+		c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pki.Pool(), ServerName: "localhost"})
+		require.NoError(t, err)
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	require.Equal(t, "codec-v1", served())
+	pki.Leaf(t, "codec", "codec-v2", nil)
+	require.Equal(t, "codec-v2", served())
+
+	_, err = ServerTLS(cert, filepath.Join(t.TempDir(), "missing"), zap.NewNop())
+	require.ErrorContains(t, err, "missing")
+}

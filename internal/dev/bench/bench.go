@@ -57,9 +57,13 @@ type Scenario struct {
 var Scenarios = []Scenario{
 	{Name: "burst-500", Hosts: 500, Timeout: 15 * time.Minute},
 	{Name: "burst-500-local", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
+	// fast mode (temporal.fast_mode), which older builds do not have: compared with their burst-500
+	{Name: "burst-500-fast", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-1000", Hosts: 1000, Timeout: 15 * time.Minute},
 	{Name: "burst-1000-local", Hosts: 1000, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
 	{Name: "steady-5", Hosts: 1500, Rate: 5, Timeout: 15 * time.Minute},
+	// the same rate for 2 minutes: the comparison with an older build and the Choria Provisioner
+	{Name: "steady-5-short", Hosts: 600, Rate: 5, Timeout: 10 * time.Minute},
 	{Name: "flaky-5pct", Hosts: 1000, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
 	// the same failures at a steady 5 arrivals/s: recovery without a burst's queueing
 	{Name: "flaky-5pct-steady", Hosts: 1000, Rate: 5, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},

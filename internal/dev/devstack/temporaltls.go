@@ -21,12 +21,13 @@ import (
 const (
 	TemporalFrontendName  = "frontend.temporal.test"
 	TemporalInternodeName = "internode.temporal.test"
+	CodecServerName       = "codec.temporal.test"
 )
 
 // TemporalTLS is the test PKI of a Temporal cluster with mutual TLS, made at test time: one CA
 // signs the frontend's and the internode certificate, the system worker's client certificate and
 // the provisioner's; another CA, which nobody trusts, signs a client certificate that must be
-// refused.
+// refused. The codec server's HTTPS certificate comes from the same CA.
 type TemporalTLS struct {
 	Dir                         string
 	CACert, CAKey               string
@@ -34,6 +35,7 @@ type TemporalTLS struct {
 	InternodeCert, InternodeKey string // history, matching, frontend and worker among themselves, both ways
 	WorkerCert, WorkerKey       string // Temporal's system worker, a client of the frontend
 	ClientCert, ClientKey       string // the provisioner and the operator commands
+	CodecCert, CodecKey         string // the codec server's HTTPS (CodecServerName)
 	OtherCACert, OtherCAKey     string
 	OtherClientCert             string // signed by the other CA
 	OtherClientKey              string
@@ -51,6 +53,7 @@ func CreateTemporalTLS(dir string) (*TemporalTLS, error) {
 		InternodeCert: f("internode.pem"), InternodeKey: f("internode-key.pem"),
 		WorkerCert: f("worker.pem"), WorkerKey: f("worker-key.pem"),
 		ClientCert: f("client.pem"), ClientKey: f("client-key.pem"),
+		CodecCert: f("codec.pem"), CodecKey: f("codec-key.pem"),
 		OtherCACert: f("other-ca.pem"), OtherCAKey: f("other-ca-key.pem"),
 		OtherClientCert: f("other-client.pem"), OtherClientKey: f("other-client-key.pem"),
 	}
@@ -72,6 +75,7 @@ func CreateTemporalTLS(dir string) (*TemporalTLS, error) {
 		{ca, caKey, TemporalInternodeName, t.InternodeCert, t.InternodeKey},
 		{ca, caKey, "temporal-system-worker", t.WorkerCert, t.WorkerKey},
 		{ca, caKey, "choria-provisioner", t.ClientCert, t.ClientKey},
+		{ca, caKey, CodecServerName, t.CodecCert, t.CodecKey},
 		{other, otherKey, "choria-provisioner", t.OtherClientCert, t.OtherClientKey},
 	} {
 		if err := writeLeaf(leaf.ca, leaf.caKey, leaf.cn, leaf.cert, leaf.key); err != nil {
@@ -90,6 +94,7 @@ func (t *TemporalTLS) Client() config.TLS {
 // and the internode connections both require a client certificate from the CA.
 func (t *TemporalTLS) ServerConfig() string {
 	return fmt.Sprintf(`  tls:
+    refreshInterval: 1m
     internode:
       server:
         certFile: %[1]q
