@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/internal/codec"
@@ -48,7 +49,12 @@ func TestIntegrationWebUIFastModeHost(t *testing.T) {
 	b := newBrowser(t)
 	b.open(page+"/history", `//h2[contains(., "Input")]`)
 	text := b.waitText("RunHelper")
+	// a tall window: the event history with the steps is below the fold of the usual one
+	_, err = chromedp.Run(b.ctx, chromedp.EmulateViewport(1400, 1900))
+	require.NoError(t, err)
+	time.Sleep(time.Second) // the UI lays the history out again
 	b.shot(filepath.Join(shots, "ui-fast-host.png"))
+	require.Contains(t, text, "Local Activity")
 	for _, step := range []string{"FetchJWT", "Gen25519", "Inventory", "SignServerJWT", "Configure", "Restart"} {
 		require.Contains(t, text, step, "every step is in the history, as a local activity")
 	}
