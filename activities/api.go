@@ -178,6 +178,9 @@ type RestartInput struct {
 type MessageResult struct {
 	Attempted
 	Message string `json:"message"`
+	// At is when the reply came (restart): a workflow task that reads the result may run much
+	// later, after a worker's restart
+	At time.Time `json:"at,omitzero"`
 }
 
 // HostIdentity names the host of each activity input (logs and errors).

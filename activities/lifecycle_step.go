@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"time"
 )
 
 // Restart asks the server to restart into its new configuration.
@@ -12,7 +13,9 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (*MessageResu
 	}
 	a.metrics.Provisioned.WithLabelValues(a.set.Site).Inc()
 	a.logger(ctx, in.Identity, StepRestart).Info("provisioned")
-	return message(r), nil
+	res := message(r)
+	res.At = time.Now()
+	return res, nil
 }
 
 // ReleaseUpdate asks the server to update its binary with choria_provision#release_update; the

@@ -55,6 +55,10 @@ type Temporal struct {
 	// activities: fewer history events and workflow tasks, but those steps are then recorded as
 	// markers, not as activities, in the Web UI.
 	LocalActivities bool `koanf:"local_activities"`
+	// FastMode runs every step as a local activity: one or two workflow tasks per host, but the
+	// Web UI shows markers, not activities, and a worker that dies mid-host repeats the host's
+	// steps since its last completed workflow task (docs/performance.md, fast mode).
+	FastMode bool `koanf:"fast_mode"`
 	// Worker tuning; 0 keeps the Temporal SDK's default.
 	ActivityPollers         int `koanf:"activity_pollers"`
 	WorkflowPollers         int `koanf:"workflow_pollers"`

@@ -27,8 +27,7 @@ import (
 
 // Starter is the part of the Temporal client discovery uses.
 type Starter interface {
-	SignalWithStartWorkflow(ctx context.Context, workflowID string, signalName string, signalArg any,
-		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
 }
@@ -472,7 +471,8 @@ func (d *Discoverer) sighted(ctx context.Context, identity, source string, seenA
 	return true, d.start(ctx, identity, source, seenAt)
 }
 
-// start hands a sighting to Temporal: a new run of the host's workflow, or a signal to its open one.
+// start hands a sighting to Temporal: a new run of the host's workflow, or nothing when one is
+// open (a signal would cost the open run a history event and a workflow task, and tell it nothing).
 func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt time.Time) error {
 	in := d.opts.Input
 	in.Identity = identity
@@ -482,11 +482,11 @@ func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt 
 		ID:        workflows.WorkflowID(identity),
 		TaskQueue: d.opts.TaskQueue,
 		// a closed workflow (provisioned, failed, shut down) gets a new run: the host is back
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: workflows.StartSearchAttributes(in),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes:    workflows.StartSearchAttributes(in),
 	}
-	_, err := d.starter.SignalWithStartWorkflow(ctx, opts.ID, workflows.SeenSignal,
-		workflows.Sighting{Source: source, At: seenAt}, opts, workflows.WorkflowName, in)
+	_, err := d.starter.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			d.log.Error("could not start or signal workflow", zap.String(logging.FieldIdentity, identity), zap.Error(err))

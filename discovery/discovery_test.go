@@ -144,7 +144,7 @@ func (r resultRun) GetWithOptions(ctx context.Context, v any, _ client.WorkflowR
 	return r.Get(ctx, v)
 }
 
-func (r *recordingStarter) SignalWithStartWorkflow(ctx context.Context, id, signal string, arg any, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+func (r *recordingStarter) ExecuteWorkflow(ctx context.Context, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, opts)
@@ -169,6 +169,7 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, workflows.WorkflowID("n1.example"), s.calls[0].ID)
 	require.Equal(t, "tq", s.calls[0].TaskQueue)
 	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, s.calls[0].WorkflowIDReusePolicy)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, s.calls[0].WorkflowIDConflictPolicy, "an open run is left alone")
 	require.Equal(t, "n1.example", s.args[0].Identity)
 	require.Equal(t, workflows.SourceEvent, s.args[0].Source)
 	require.Equal(t, "lab", s.args[0].Site)

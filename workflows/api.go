@@ -177,7 +177,24 @@ type ProvisionInput struct {
 	LocalReads bool `json:"local_reads,omitempty"`
 	// HelperTaskQueue, when set, is the rate-limited task queue of helper calls (helper_rate_limit).
 	HelperTaskQueue string `json:"helper_task_queue,omitempty"`
+	// Version is the command sequence the starter asks for (CurrentVersion); zero for runs
+	// started before it was carried here, which replay with their GetVersion markers.
+	Version int `json:"version,omitempty"`
+	// Fast runs every step as a local activity (temporal.fast_mode; Version 2 and later).
+	Fast bool `json:"fast,omitempty"`
 }
+
+// Versions of the workflow's command sequence. A version in the input costs a new run nothing,
+// where each workflow.GetVersion records a marker and upserts TemporalChangeVersion.
+const (
+	// VersionMarkers: changes guarded by GetVersion markers (runs started before Version existed)
+	VersionMarkers = 0
+	// VersionLean: the reads scheduled together, sign a local activity, no markers and no
+	// restart-grace timer (discovery judges late sightings by the result's RestartedAt)
+	VersionLean = 2
+	// CurrentVersion is what starters put in new runs' input.
+	CurrentVersion = VersionLean
+)
 
 // Defaults for inputs left zero.
 const (

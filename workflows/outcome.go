@@ -19,7 +19,13 @@ const ErrTypeProvisionFailed = "ProvisionFailed"
 // sighting that started this run is older than the server's last restart.
 func (p *provisioner) stale(err error) bool {
 	var app *temporal.ApplicationError
-	return errors.As(err, &app) && app.Type() == activities.ErrTypeNotProvisioning && p.stepRuns == 1
+	if !errors.As(err, &app) || app.Type() != activities.ErrTypeNotProvisioning {
+		return false
+	}
+	if p.lean() {
+		return p.firstReadsFailed
+	}
+	return p.stepRuns == 1
 }
 
 func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {

@@ -41,6 +41,10 @@ type provisioner struct {
 	transitionsOnly bool
 	// localReads: the steps marked local in the step table run as local activities
 	localReads bool
+	// fast: every step runs as a local activity (lean runs only)
+	fast bool
+	// firstReadsFailed: a read that carried the sighting time failed (lean runs' stale check)
+	firstReadsFailed bool
 	// stepRuns counts the activity runs of this run: the first carries the sighting time
 	stepRuns int
 	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)
@@ -133,8 +137,12 @@ func (p *provisioner) pass(ctx workflow.Context) (outcome, error) {
 	return outcome{decision: DecisionConfigure}, p.configure(ctx, f, d)
 }
 
-// gather runs the reads the helper decides on: jwt, gen25519, inventory, gencsr.
+// gather runs the reads the helper decides on: jwt, gen25519, inventory, gencsr; one after the
+// other in runs before VersionLean.
 func (p *provisioner) gather(ctx workflow.Context) (*facts, error) {
+	if p.lean() {
+		return p.gatherTogether(ctx)
+	}
 	f := &facts{helper: activities.HelperRequest{Input: activities.HelperInput{Identity: p.in.Identity}}}
 	if p.in.Features.JWT {
 		if err := p.step(ctx, StepJWT, p.host(), &f.jwt); err != nil {
@@ -198,7 +206,7 @@ func (p *provisioner) shutdown(ctx workflow.Context, msg string) (outcome, error
 	if err := p.step(ctx, StepShutdown, p.host(), &res); err != nil {
 		// go-choria's agent may exit before its reply leaves (its splay can be 0 s): silence
 		// after a shutdown request is the expected end, not a failure
-		if !activities.IsNoReply(err) || workflow.GetVersion(ctx, shutdownUnconfirmedChange, workflow.DefaultVersion, 1) < 1 {
+		if !activities.IsNoReply(err) || (!p.lean() && workflow.GetVersion(ctx, shutdownUnconfirmedChange, workflow.DefaultVersion, 1) < 1) {
 			return outcome{}, err
 		}
 		msg += " (the server did not confirm: it exits at once when its splay is 0 s)"
@@ -257,7 +265,13 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 	if err := p.step(ctx, StepRestart, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
 		return err
 	}
-	p.restartedAt = workflow.Now(ctx)
+	p.restartedAt = msg.At // when the server was asked, not when this task read the reply
+	if p.restartedAt.IsZero() {
+		p.restartedAt = workflow.Now(ctx)
+	}
+	if p.lean() {
+		return nil // a late sighting is judged by the result's RestartedAt (discovery), not absorbed here
+	}
 	// Stay open until the server has restarted out of provisioning mode (it waits splay+2 s, at
 	// most, then re-executes): a sighting made before the restart, delivered late, is absorbed
 	// here instead of starting a new run against a server that is about to leave.

@@ -5,6 +5,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
+// lean is true for runs of VersionLean and later: no GetVersion markers.
+func (p *provisioner) lean() bool { return p.in.Version >= VersionLean }
+
 // setup installs the status query and the signal handlers, and reads which workflow changes
 // this run's history was written with.
 func (p *provisioner) setup(ctx workflow.Context) error {
@@ -16,8 +19,12 @@ func (p *provisioner) setup(ctx workflow.Context) error {
 	}
 	p.handleSignals(ctx)
 
-	p.transitionsOnly = workflow.GetVersion(ctx, transitionsOnlyChange, workflow.DefaultVersion, 1) >= 1
-	p.localReads = p.in.LocalReads && workflow.GetVersion(ctx, localReadsChange, workflow.DefaultVersion, 1) >= 1
+	if p.lean() {
+		p.transitionsOnly, p.localReads, p.fast = true, p.in.LocalReads, p.in.Fast
+	} else {
+		p.transitionsOnly = workflow.GetVersion(ctx, transitionsOnlyChange, workflow.DefaultVersion, 1) >= 1
+		p.localReads = p.in.LocalReads && workflow.GetVersion(ctx, localReadsChange, workflow.DefaultVersion, 1) >= 1
+	}
 	if p.transitionsOnly {
 		// starters set these (StartSearchAttributes); a run started without them still gets them
 		if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(IdentityKey); ok && id == p.in.Identity {

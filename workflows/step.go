@@ -50,8 +50,16 @@ func (p *provisioner) runOnce(ctx workflow.Context, step string, attempt int, sp
 	p.status.Attempt = attempt
 	p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
 	rec := &p.status.Timeline[len(p.status.Timeline)-1]
-	err := p.execute(ctx, spec, arg).Get(ctx, result)
-	rec.Ended = workflow.Now(ctx)
+	err := p.record(rec, p.execute(ctx, spec, arg).Get(ctx, result), result, workflow.Now(ctx))
+	if err == nil && spec.attempts > 1 && rec.Attempts == 0 {
+		rec.Attempts = 1 // the workflow runs each attempt of this step itself
+	}
+	return err
+}
+
+// record puts how a run of a step ended into its timeline entry.
+func (p *provisioner) record(rec *StepRecord, err error, result any, ended time.Time) error {
+	rec.Ended = ended
 	if err != nil {
 		rec.Attempts = failedAttempts(err)
 		rec.Error = reason(err)
@@ -60,8 +68,6 @@ func (p *provisioner) runOnce(ctx workflow.Context, step string, attempt int, sp
 	}
 	if a, ok := result.(interface{ GetAttempt() int32 }); ok {
 		rec.Attempts = a.GetAttempt()
-	} else if spec.attempts > 1 {
-		rec.Attempts = 1 // the workflow runs each attempt of this step itself
 	}
 	return nil
 }

@@ -25,6 +25,8 @@ type stepSpec struct {
 	findable bool
 	// rateLimited: runs on the helper task queue when one is configured (helper_rate_limit)
 	rateLimited bool
+	// pure: neither an RPC nor the helper, a computation: a local activity from VersionLean on
+	pure bool
 }
 
 // localScheduleToClose bounds a local step with all its retries (five tries of at most the RPC
@@ -47,6 +49,7 @@ func stepTable() map[string]stepSpec {
 		}}
 	}
 	local := func(s stepSpec) stepSpec { s.local = true; return s }
+	pure := func(s stepSpec) stepSpec { s.pure = true; return s }
 	helper := row(a.RunHelper, 1, 5*time.Minute) // helper_timeout bounds the helper; this a stuck worker
 	helper.attempts, helper.findable, helper.rateLimited = 5, true, true
 	return map[string]stepSpec{
@@ -55,7 +58,7 @@ func stepTable() map[string]stepSpec {
 		StepInventory: local(row(a.Inventory, 5, time.Minute)),
 		StepGencsr:    row(a.Gencsr, 2, time.Minute), // the Choria Provisioner tried once; a new key per attempt is cheap
 		StepHelper:    helper,
-		StepSign:      local(row(a.SignServerJWT, 2, 30*time.Second)),
+		StepSign:      pure(local(row(a.SignServerJWT, 2, 30*time.Second))),
 		StepConfigure: row(a.Configure, 5, time.Minute),
 		StepRestart:   row(a.Restart, 3, time.Minute),
 		StepUpgrade:   row(a.ReleaseUpdate, 3, 2*time.Minute), // as the Choria Provisioner
@@ -66,12 +69,14 @@ func stepTable() map[string]stepSpec {
 // execute starts one run of the step's activity, local or regular as the run allows.
 func (p *provisioner) execute(ctx workflow.Context, spec stepSpec, arg any) workflow.Future {
 	opts := spec.options
-	if spec.rateLimited && p.in.HelperTaskQueue != "" {
+	rateLimited := spec.rateLimited && p.in.HelperTaskQueue != ""
+	if rateLimited {
 		opts.TaskQueue = p.in.HelperTaskQueue // rate limited across all workers (helper_rate_limit)
 	}
-	if p.localReads && spec.local {
+	// a local activity cannot run on another task queue: a rate-limited helper stays regular
+	if (p.localReads && spec.local) || (p.lean() && spec.pure) || (p.fast && !rateLimited) {
 		lopts := workflow.LocalActivityOptions{StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy,
-			ScheduleToCloseTimeout: localScheduleToClose}
+			ScheduleToCloseTimeout: max(localScheduleToClose, opts.StartToCloseTimeout)}
 		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), spec.activity, arg)
 	}
 	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), spec.activity, arg)

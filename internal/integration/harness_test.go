@@ -228,6 +228,50 @@ func scheduled(events []*historypb.HistoryEvent) []string {
 	return out
 }
 
+// localActivities lists the activity types a history ran as local activities, in order.
+func (e *env) localActivities(events []*historypb.HistoryEvent) []string {
+	e.t.Helper()
+	dc, _, err := service.DataConverter(e.cfg)
+	require.NoError(e.t, err)
+	var out []string
+	for _, ev := range events {
+		m := ev.GetMarkerRecordedEventAttributes()
+		if m.GetMarkerName() != "LocalActivity" {
+			continue
+		}
+		var data struct{ ActivityType string }
+		require.NoError(e.t, dc.FromPayloads(m.GetDetails()["data"], &data))
+		out = append(out, data.ActivityType)
+	}
+	return out
+}
+
+// costOf is what a host's run cost Temporal: history events, workflow tasks, markers, and the
+// idle tasks among them: completed with no command, because a result the workflow waits for
+// with others (the reads) arrived after the task that the first one caused had started.
+func costOf(events []*historypb.HistoryEvent) (n, tasks, markers, idle int) {
+	for i, ev := range events {
+		switch {
+		case ev.GetWorkflowTaskStartedEventAttributes() != nil:
+			tasks++
+		case ev.GetMarkerRecordedEventAttributes() != nil:
+			markers++
+		case ev.GetWorkflowTaskCompletedEventAttributes() != nil:
+			if i+1 == len(events) || !isCommandEvent(events[i+1]) {
+				idle++
+			}
+		}
+	}
+	return len(events), tasks, markers, idle
+}
+
+func isCommandEvent(ev *historypb.HistoryEvent) bool {
+	return ev.GetActivityTaskScheduledEventAttributes() != nil || ev.GetMarkerRecordedEventAttributes() != nil ||
+		ev.GetUpsertWorkflowSearchAttributesEventAttributes() != nil || ev.GetTimerStartedEventAttributes() != nil ||
+		ev.GetWorkflowExecutionCompletedEventAttributes() != nil || ev.GetWorkflowExecutionFailedEventAttributes() != nil ||
+		ev.GetWorkflowExecutionContinuedAsNewEventAttributes() != nil
+}
+
 func activityFailures(events []*historypb.HistoryEvent) []string {
 	var out []string
 	for _, ev := range events {

@@ -19,7 +19,7 @@ import (
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
-var pkiFlow = []string{activities.FetchJWTName, activities.InventoryName, activities.GencsrName, activities.RunHelperName,
+var pkiFlow = []string{activities.FetchJWTName, activities.GencsrName, activities.InventoryName, activities.RunHelperName,
 	activities.ConfigureName, activities.RestartName}
 
 func readPEMCert(t *testing.T, file string) *x509.Certificate {

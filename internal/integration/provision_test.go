@@ -24,8 +24,14 @@ func mustHex(t *testing.T, s string) []byte {
 	return b
 }
 
+// fullFlow is what an ed25519 run schedules as regular activities: the reads together, then
+// the helper, configure and restart; sign is a local activity.
 var fullFlow = []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
-	activities.SignServerJWTName, activities.ConfigureName, activities.RestartName}
+	activities.ConfigureName, activities.RestartName}
+
+// maxEventsPerHost is issue #11's budget for a host's history with every RPC step and helper
+// call a regular activity (59 before the reads were scheduled together).
+const maxEventsPerHost = 40
 
 // Five real go-choria servers in provisioning mode are found by discovery and provisioned, each
 // by exactly one workflow whose history shows the steps.
@@ -55,7 +61,15 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 	for _, m := range e.stack.Fleet.Members {
 		e.verifyServerJWT(m)
 		e.runs(m.Identity, 1)
-		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
+		hist := e.history(m.Identity)
+		require.Equal(t, fullFlow, scheduled(hist), m.Identity)
+		require.Equal(t, []string{activities.SignServerJWTName}, e.localActivities(hist), m.Identity)
+		events, tasks, markers, idle := costOf(hist)
+		t.Logf("%s: %d history events, %d workflow tasks (%d idle), %d markers", m.Identity, events, tasks, idle, markers)
+		// an idle task (3 events) is the server's when a read's result comes after the task the
+		// first one caused has started; what the workflow issues is budgeted
+		require.LessOrEqual(t, events-3*idle, maxEventsPerHost, m.Identity)
+		require.LessOrEqual(t, idle, 2, "%s: at most one idle task per later read", m.Identity)
 	}
 	e.writeReplayHistory("provision-ed25519", e.stack.Fleet.Members[0].Identity)
 	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))

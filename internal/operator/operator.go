@@ -285,6 +285,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 	}
 	in.Source = workflows.SourceOperator
 	in.Defers = 0
+	in.Version = workflows.CurrentVersion // a new run: the current command sequence
 	_, err = o.C.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.WorkflowID(identity), TaskQueue: o.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,

@@ -187,6 +187,8 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 			Upgrades: cfg.Features.Upgrades, UpgradesOptional: cfg.UpgradesOptional},
 		DeferDelay:      cfg.DeferDelayDuration,
 		LocalReads:      cfg.Temporal.LocalActivities,
+		Fast:            cfg.Temporal.FastMode,
+		Version:         workflows.CurrentVersion,
 		HelperTaskQueue: cfg.HelperTaskQueue(),
 	}
 }
