@@ -36,10 +36,6 @@ func (r HelperRequest) workflowRetry() int {
 // counted here but once per run that ends failed (service's workflow interceptor): a step's last
 // failure does not always fail the host (a stale sighting, an optional upgrade, a shutdown).
 func (a *Activities) finish(ctx context.Context, in identified, step string, err error) error {
-	workflowRetry := noWorkflowRetry
-	if r, ok := in.(workflowRetried); ok {
-		workflowRetry = r.workflowRetry()
-	}
 	log := a.logger(ctx, in.HostIdentity(), step)
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) {
@@ -48,17 +44,9 @@ func (a *Activities) finish(ctx context.Context, in identified, step string, err
 		errors.As(err, &appErr)
 	}
 	info := activity.GetInfo(ctx)
-	spent := false
-	if rp := info.RetryPolicy; rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts {
-		spent = true
-	}
-	final := appErr.NonRetryable()
-	switch workflowRetry {
-	case noWorkflowRetry:
-		final = final || spent
-	case lastWorkflowTry:
-		final = true
-	}
+	rp := info.RetryPolicy
+	spent := rp != nil && rp.MaximumAttempts > 0 && info.Attempt >= rp.MaximumAttempts
+	workflowRetry, final := finality(in, appErr.NonRetryable(), spent)
 	notProvisioning := appErr.Type() == ErrTypeNotProvisioning
 	shutdownGone := step == StepShutdown && appErr.Type() == ErrTypeNoReply && spent
 	opts := temporal.ApplicationErrorOptions{
@@ -76,6 +64,29 @@ func (a *Activities) finish(ctx context.Context, in identified, step string, err
 		log.Info("the server is not in provisioning mode", zap.Error(err))
 	case shutdownGone:
 		log.Warn("no reply to shutdown: a server exits at once when its splay is 0 s", zap.Error(err))
+	default:
+		logFailure(log, err, final, workflowRetry)
+	}
+	return err
+}
+
+// finality says who retries the step and whether this failure is its last.
+func finality(in identified, nonRetryable, spent bool) (workflowRetry int, final bool) {
+	workflowRetry = noWorkflowRetry
+	if r, ok := in.(workflowRetried); ok {
+		workflowRetry = r.workflowRetry()
+	}
+	switch workflowRetry {
+	case noWorkflowRetry:
+		return workflowRetry, nonRetryable || spent
+	case lastWorkflowTry:
+		return workflowRetry, true
+	}
+	return workflowRetry, nonRetryable
+}
+
+func logFailure(log *zap.Logger, err error, final bool, workflowRetry int) {
+	switch {
 	case final:
 		log.Error("step failed, no retries left", zap.Error(err))
 	case workflowRetry == workflowRetryUnknown:
@@ -83,5 +94,4 @@ func (a *Activities) finish(ctx context.Context, in identified, step string, err
 	default:
 		log.Warn("step failed, will retry", zap.Error(err))
 	}
-	return err
 }

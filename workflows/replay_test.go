@@ -12,8 +12,8 @@ import (
 // Histories recorded from real runs (internal/integration, WRITE_REPLAY_HISTORY) must replay
 // against the current ProvisionHost and ProvisionerControl: a change that breaks this breaks every
 // running workflow.
-// When a change must alter the command sequence, guard it with workflow.GetVersion and record a
-// new history beside the old ones.
+// When a change must alter the command sequence, give it a new version in ProvisionInput.Version
+// (api.go) and record a new history beside the old ones.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	require.NoError(t, err)

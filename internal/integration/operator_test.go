@@ -30,6 +30,7 @@ func switchableHelper(t *testing.T) func(s *devstack.Stack) string {
 		body := fmt.Sprintf(`#!/bin/sh
 input=$(cat)
 if [ -f %[1]s/helper-broken ]; then echo "CA is down" >&2; exit 1; fi
+echo run >> %[1]s/helper-runs
 if [ -f %[1]s/helper-slow ]; then sleep 8; fi
 printf '%%s' "$input" | %[2]s
 `, s.Opts.Dir, s.HelperCommand)
@@ -64,6 +65,15 @@ func (e *env) run(env []string, args ...string) (string, int) {
 	}
 	require.NoError(e.t, err)
 	return out.String(), 0
+}
+
+// countLines is how many lines a file in the stack's directory has (0 when it does not exist).
+func countLines(e *env, name string) int {
+	b, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, name))
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\n")
 }
 
 func (e *env) setFlag(name string, on bool) {

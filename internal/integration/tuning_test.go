@@ -9,6 +9,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -47,12 +49,7 @@ func TestIntegrationHelperRateLimit(t *testing.T) {
 // temporal.local_activities: jwt, gen25519, inventory and sign run as local activities (history
 // markers), the helper, configure and restart stay regular activities; hosts are provisioned.
 func TestIntegrationLocalActivities(t *testing.T) {
-	const hosts = 10
-	e := newEnv(t, envOptions{})
-	e.cfg.Temporal.LocalActivities = true
-	status := e.startFleetSim(hosts, "--prefix", "localacts-")
-	e.provisioner("replica-a")
-	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
+	e, st := provisionSim(t, "localacts-", func(c *config.Temporal) { c.LocalActivities = true })
 	events := 0
 	for id, h := range st.Hosts {
 		require.True(t, h.ServerJWT, id)
@@ -79,12 +76,7 @@ func TestIntegrationLocalActivities(t *testing.T) {
 // temporal.fast_mode: every step a local activity, one or two workflow tasks per host, the same
 // outcome, status and timeline; the steps are markers in the history.
 func TestIntegrationFastMode(t *testing.T) {
-	const hosts = 10
-	e := newEnv(t, envOptions{})
-	e.cfg.Temporal.FastMode = true
-	status := e.startFleetSim(hosts, "--prefix", "fast-")
-	e.provisioner("replica-a")
-	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
+	e, st := provisionSim(t, "fast-", func(c *config.Temporal) { c.FastMode = true })
 	var last string
 	for id, h := range st.Hosts {
 		require.True(t, h.ServerJWT, id)
@@ -102,4 +94,14 @@ func TestIntegrationFastMode(t *testing.T) {
 		last = id
 	}
 	e.writeReplayHistory("provision-fast", last)
+}
+
+// provisionSim provisions ten simulated hosts with the Temporal settings tune makes.
+func provisionSim(t *testing.T, prefix string, tune func(*config.Temporal)) (*env, fleetsim.Status) {
+	t.Helper()
+	e := newEnv(t, envOptions{})
+	tune(&e.cfg.Temporal)
+	status := e.startFleetSim(10, "--prefix", prefix)
+	e.provisioner("replica-a")
+	return e, waitSimRestarted(t, status, 10, 2*time.Minute)
 }
