@@ -28,6 +28,7 @@ type benchCommand struct {
 	mdFile         string
 	env            []string
 	devArgs        []string
+	merge          []string
 }
 
 func (b *benchCommand) register(app *fisk.Application) {
@@ -47,11 +48,24 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("variant", "Label of this run in the results (e.g. before-shared-connection)").StringVar(&b.variant)
 	cmd.Flag("env", "PROVISIONER_KEY=VALUE for the provisioner in every scenario (repeatable; tuning experiments)").StringsVar(&b.env)
 	cmd.Flag("dev-arg", "Extra dev stack flag in every scenario (repeatable), e.g. --dev-arg=--temporal-dynamic-config=KEY=JSON").StringsVar(&b.devArgs)
+	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
 	cmd.Flag("markdown", "Markdown file whose generated table is rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
 }
 
 func (b *benchCommand) run(ctx context.Context) error {
+	if len(b.merge) > 0 {
+		var results []*bench.Result
+		for _, f := range b.merge {
+			rs, err := bench.Load(f)
+			if err != nil {
+				return err
+			}
+			results = append(results, rs...)
+		}
+		_, err := bench.Save(b.jsonFile, b.mdFile, results)
+		return err
+	}
 	want := map[string]bool{}
 	var order []string
 	for _, s := range strings.Split(b.scenarios, ",") {

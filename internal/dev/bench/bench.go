@@ -243,13 +243,18 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	}
 	defer stop(sim)
 	// a CPU profile of the provisioner while it is busy, to say what bounds it
+	// (from 3 s on, for 15 s, and the run waits for it: a 500-host burst is over in ~25 s)
+	profiled := make(chan struct{})
 	if tg.Kind == KindOurs {
 		go func() {
-			time.Sleep(10 * time.Second)
-			if err := profile(ports[1], filepath.Join(dir, "provisioner.pprof"), 20); err != nil {
+			defer close(profiled)
+			time.Sleep(3 * time.Second)
+			if err := profile(ports[1], filepath.Join(dir, "provisioner.pprof"), 15); err != nil {
 				logf("no CPU profile: %v", err)
 			}
 		}()
+	} else {
+		close(profiled)
 	}
 
 	var st fleetsim.Status
@@ -275,6 +280,11 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	}
 	end := time.Now()
 	c1 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "sim": procstat.CPU(sim.Process.Pid)}
+	// the CPU is read: now the profile may finish
+	select {
+	case <-profiled:
+	case <-time.After(30 * time.Second):
+	}
 
 	res := &Result{Scenario: sc.Name, Variant: variant, Hosts: sc.Hosts, ArrivalRate: sc.Rate, Machine: machine(),
 		Kind: tg.Kind, Workers: tg.Workers, Load: load}

@@ -31,12 +31,18 @@ func Table(results []*Result) string {
 		if r.RecoveryMs != nil {
 			rec = fmt.Sprintf("%s / %s / %s", ms(r.RecoveryMs.P50), ms(r.RecoveryMs.P95), ms(r.RecoveryMs.Max))
 		}
-		fmt.Fprintf(&b, "| %s | %d/%d | %.2f | %s / %s / %s | %s / %s / %s | %s | %.0f ms | %.0f ms | %.0f ms | %.0f MiB | %.0f MiB | %.0f MiB | %.1f | %.3f | %d |\n",
+		// the Choria Provisioner has no Temporal: the dev stack's idle server is not its cost
+		tcpu, trss, events, runs := fmt.Sprintf("%.0f ms", r.TemporalCPUMsPerHost), fmt.Sprintf("%.0f MiB", r.TemporalPeakRSSMiB),
+			fmt.Sprintf("%.1f", r.HistoryEventsPerHost), fmt.Sprintf("%.3f", r.RunsPerHost)
+		if r.Kind == KindOriginal {
+			tcpu, trss, events, runs = "–", "–", "–", "–"
+		}
+		fmt.Fprintf(&b, "| %s | %d/%d | %.2f | %s / %s / %s | %s / %s / %s | %s | %.0f ms | %s | %.0f ms | %.0f MiB | %s | %.0f MiB | %s | %s | %d |\n",
 			name, r.Configured, r.Hosts, r.HostsPerSecond,
 			ms(r.ToConfiguredMs.P50), ms(r.ToConfiguredMs.P95), ms(r.ToConfiguredMs.P99),
 			ms(r.ToRestartedMs.P50), ms(r.ToRestartedMs.P95), ms(r.ToRestartedMs.P99), rec,
-			r.ProvisionerCPUMsPerHost, r.TemporalCPUMsPerHost, r.BrokerCPUMsPerHost,
-			r.ProvisionerPeakRSSMiB, r.TemporalPeakRSSMiB, r.SimulatorPeakRSSMiB, r.HistoryEventsPerHost, r.RunsPerHost, r.ConfiguredTwice)
+			r.ProvisionerCPUMsPerHost, tcpu, r.BrokerCPUMsPerHost,
+			r.ProvisionerPeakRSSMiB, trss, r.SimulatorPeakRSSMiB, events, runs, r.ConfiguredTwice)
 	}
 	if len(results) > 0 {
 		fmt.Fprintf(&b, "\nMachine: %s.\n", results[0].Machine)
@@ -55,6 +61,19 @@ func ms(v float64) string {
 		return fmt.Sprintf("%.1f ms", v)
 	}
 	return fmt.Sprintf("%.0f ms", v)
+}
+
+// Load reads a results file.
+func Load(jsonFile string) ([]*Result, error) {
+	b, err := os.ReadFile(jsonFile)
+	if err != nil {
+		return nil, err
+	}
+	var rs []*Result
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return nil, fmt.Errorf("%s: %w", jsonFile, err)
+	}
+	return rs, nil
 }
 
 // Save merges results into the JSON file (by scenario and variant) and rewrites the generated
