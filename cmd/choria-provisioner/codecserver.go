@@ -21,6 +21,8 @@ type codecServerCommand struct {
 	tokenFile string
 	origins   []string
 	devTrust  bool
+	issuer    string
+	audience  string
 }
 
 func (c *codecServerCommand) register(app *fisk.Application) {
@@ -29,6 +31,8 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("listen", "Listen address").Default("127.0.0.1:8081").StringVar(&c.listen)
 	cmd.Flag("token-file", "File holding the bearer token callers must present (or "+codec.ServerTokenEnv+")").StringVar(&c.tokenFile)
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)
+	cmd.Flag("oidc-issuer", "Also accept access tokens of this OIDC issuer, as a Web UI with a login passes them (TEMPORAL_CODEC_PASS_ACCESS_TOKEN)").StringVar(&c.issuer)
+	cmd.Flag("oidc-audience", "The audience those access tokens must carry").StringVar(&c.audience)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode for browsers from the --cors-origin origins without a token (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
 }
 
@@ -48,11 +52,20 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	addr, err := codec.Serve(ctx, c.listen, cd, codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust})
+	opts := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust}
+	if c.issuer != "" || c.audience != "" {
+		if opts.OIDC, err = codec.NewOIDCVerifier(ctx, c.issuer, c.audience, nil); err != nil {
+			return err
+		}
+	}
+	addr, err := codec.Serve(ctx, c.listen, cd, opts)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("codec server on http://%s (key %s)\n", addr, cd.ActiveKeyID())
+	if opts.OIDC != nil {
+		fmt.Printf("accepting access tokens of %s for audience %s\n", c.issuer, c.audience)
+	}
 	if c.devTrust {
 		fmt.Printf("DEVELOPMENT MODE: browsers from %s are served without a token (loopback only); everyone else needs the bearer token\n", strings.Join(c.origins, ", "))
 	}
