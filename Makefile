@@ -8,10 +8,11 @@ DEV        := $(BIN)/choria-provisioner-dev
 TEMPORAL   := $(BIN)/temporal
 TEMPORAL_SERVER := $(BIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
+TEMPORAL_UI_SERVER := $(BIN)/temporal-ui-server
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools run test test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
+.PHONY: all deps build tools run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
 
 all: build
 
@@ -26,6 +27,12 @@ $(TEMPORAL_SERVER): tools/go.mod tools/go.sum
 $(TEMPORAL_SQL_TOOL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
 	go -C tools build -o ../$(TEMPORAL_SQL_TOOL) go.temporal.io/server/cmd/tools/sql
+
+# the Web UI server on its own (the same module and version the CLI embeds), for the compose
+# stack's temporalio/ui stand-in
+$(TEMPORAL_UI_SERVER): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	go -C tools build -o ../$(TEMPORAL_UI_SERVER) github.com/temporalio/ui-server/v2/cmd/server
 
 tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 
@@ -45,6 +52,12 @@ deps:
 
 test: deps tools lint compose-check
 	$(GO_TEST) $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-compose
+
+## test-compose: docker-compose.yaml run for real on an engine of the project's own, every image
+## built here without a registry (scripts/test-compose.sh; needs root; docs/operations.md)
+test-compose: deps tools $(TEMPORAL_UI_SERVER)
+	scripts/test-compose.sh
 
 test-unit:
 	$(GO_TEST) -short -count=1 ./...
@@ -77,4 +90,5 @@ bench: build
 	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
 
 clean:
+	@scripts/docker-engine.sh stop
 	rm -rf $(BIN) .state
