@@ -8,11 +8,18 @@ DEV        := $(BIN)/choria-provisioner-dev
 TEMPORAL   := $(BIN)/temporal
 TEMPORAL_SERVER := $(BIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
+NFPM       := $(BIN)/nfpm
 TEMPORAL_UI_SERVER := $(BIN)/temporal-ui-server
+# --version prints both; the packages carry VERSION (scripts/version.sh: from git describe)
+VERSION    ?= $(shell scripts/version.sh)
+COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+PKG_DIR    ?= dist
+PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
+.PHONY: all deps build tools package run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
 
 all: build
 
@@ -34,12 +41,28 @@ $(TEMPORAL_UI_SERVER): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
 	go -C tools build -o ../$(TEMPORAL_UI_SERVER) github.com/temporalio/ui-server/v2/cmd/server
 
-tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+$(NFPM): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	go -C tools build -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
+
+tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(NFPM)
 
 build: tools
-	go build -o $(PROVISIONER) ./cmd/choria-provisioner
+	go build -ldflags "$(LDFLAGS)" -o $(PROVISIONER) ./cmd/choria-provisioner
 	go build -o $(DEV) ./cmd/choria-provisioner-dev
 	go build -o $(BIN)/example-helper ./cmd/example-helper
+
+## package: $(PKG_DIR)/choria-provisioner_<version>_<arch>.deb and choria-provisioner-<version>-1.<arch>.rpm,
+## the product binary (static, so one build serves Debian and EL) with its unit, logrotate file and
+## example configuration (packaging/, docs/deployment.md); PKG_ARCH=arm64 cross-builds
+package: $(NFPM)
+	@mkdir -p $(PKG_DIR)/build
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(PKG_ARCH) go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(PKG_DIR)/build/choria-provisioner-$(PKG_ARCH) ./cmd/choria-provisioner
+	@for p in deb rpm; do \
+	  PKG_VERSION=$(VERSION) PKG_ARCH=$(PKG_ARCH) PKG_BINARY=$(PKG_DIR)/build/choria-provisioner-$(PKG_ARCH) \
+	  SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
+	  $(NFPM) package --config packaging/nfpm.yaml --packager $$p --target $(PKG_DIR)/ || exit 1; \
+	done
 
 ## run: the embedded default — Temporal dev server with Web UI, broker, provisioner, demo fleet
 run: build
@@ -84,11 +107,14 @@ lint:
 	go vet ./...
 
 ## bench: the benchmark scenarios (docs/performance.md) on the dev stack with a simulated fleet;
-## BENCH_SCENARIOS=burst-1000,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test)
-BENCH_SCENARIOS ?= burst-1000,burst-1000-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
+## BENCH_SCENARIOS=burst-500,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test);
+## BENCH_BASELINE=older/choria-provisioner and BENCH_ORIGINAL=path/to/the/Choria/Provisioner run
+## them on the same scenarios in the same invocation and print this build's metrics as ratios
+BENCH_SCENARIOS ?= burst-500,burst-500-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
-	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS))
+	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS)) \
+		$(if $(BENCH_BASELINE),--baseline-bin $(BENCH_BASELINE)) $(if $(BENCH_ORIGINAL),--original-bin $(BENCH_ORIGINAL)) $(BENCH_ARGS)
 
 clean:
 	@scripts/docker-engine.sh stop
-	rm -rf $(BIN) .state
+	rm -rf $(BIN) .state $(PKG_DIR)

@@ -25,20 +25,19 @@ const (
 	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
 )
 
-// Error types carried by Temporal application errors, so the workflow and operators can classify
-// a failure without parsing its message.
+// Steps the activities serve, as the workflow's status, search attributes and every log line
+// name them (workflows re-exports them with its own states).
 const (
-	ErrTypeRPC             = "RPCError"              // transport failure or no reply: retryable
-	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
-	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
-	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
-	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
-	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
-	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
-	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
-	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
-	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
-	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
+	StepJWT       = "jwt"
+	StepGen25519  = "gen25519"
+	StepGencsr    = "gencsr"
+	StepInventory = "inventory"
+	StepHelper    = "helper"
+	StepSign      = "sign"
+	StepConfigure = "configure"
+	StepUpgrade   = "upgrade"
+	StepRestart   = "restart"
+	StepShutdown  = "shutdown"
 )
 
 // Attempted carries the activity attempt that produced a result, so the workflow's timeline can
@@ -49,6 +48,8 @@ type Attempted struct {
 
 // GetAttempt returns the attempt that produced the result.
 func (a *Attempted) GetAttempt() int32 { return a.Attempt }
+
+func (a *Attempted) setAttempt(n int32) { a.Attempt = n }
 
 // HostInput addresses one host.
 type HostInput struct {
@@ -107,6 +108,11 @@ type HelperInput struct {
 type HelperRequest struct {
 	Input    HelperInput `json:"input"`
 	HadToken bool        `json:"had_token"`
+	// Attempt of Attempts is the workflow's own try of the helper step (it retries the helper
+	// itself, one activity attempt each), so a failure is logged as final only when it is.
+	// Zero when the workflow did not say.
+	Attempt  int `json:"attempt,omitempty"`
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // ServerClaims are the helper's server_claims (ed25519 feature), as the Choria Provisioner reads them.
@@ -172,4 +178,15 @@ type RestartInput struct {
 type MessageResult struct {
 	Attempted
 	Message string `json:"message"`
+	// At is when the reply came (restart): a workflow task that reads the result may run much
+	// later, after a worker's restart
+	At time.Time `json:"at,omitzero"`
 }
+
+// HostIdentity names the host of each activity input (logs and errors).
+func (in HostInput) HostIdentity() string      { return in.Identity }
+func (in HelperRequest) HostIdentity() string  { return in.Input.Identity }
+func (in SignInput) HostIdentity() string      { return in.Identity }
+func (in ConfigureInput) HostIdentity() string { return in.Identity }
+func (in UpgradeInput) HostIdentity() string   { return in.Identity }
+func (in RestartInput) HostIdentity() string   { return in.Identity }

@@ -13,16 +13,6 @@ import (
 	"time"
 )
 
-// Sentinel errors of a helper run; each is a distinct reason a user can act on.
-var (
-	ErrHelperTimeout  = errors.New("helper timed out")
-	ErrHelperExit     = errors.New("helper exited with a non-zero status")
-	ErrHelperEmpty    = errors.New("helper printed nothing")
-	ErrHelperDecode   = errors.New("helper output is not a JSON object")
-	ErrHelperTooLarge = errors.New("helper output is too large")
-	ErrHelperStart    = errors.New("helper could not be started")
-)
-
 // Output caps: a helper reply is a configuration, not a data set, and a runaway helper must not
 // take the worker's memory with it.
 const (

@@ -6,22 +6,12 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"regexp"
 
 	"github.com/choria-io/go-choria/choria"
 
 	"github.com/choria-temporal/provisioner/config"
-)
-
-// Sentinel errors of the pki feature and key transport.
-var (
-	ErrCSRInvalid  = errors.New("CSR is not valid")
-	ErrCSRDenied   = errors.New("CSR names a denied certificate name")
-	ErrCSRMismatch = errors.New("CSR common name does not match the identity")
-	ErrNoECDH      = errors.New("private key received from helper but server did not start Diffie-Hellman exchange")
-	ErrBadKey      = errors.New("private key from the helper is not PEM")
 )
 
 // ValidateCSR checks a server's CSR as the Choria Provisioner does: it parses, its common name is

@@ -7,8 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/choria-temporal/provisioner/config"
 )
 
 type reply struct {
@@ -22,7 +20,7 @@ func (r reply) OK() bool              { return r.ok }
 func (r reply) StatusMessage() string { return r.msg }
 
 func TestReplyClassification(t *testing.T) {
-	a := &Activities{cfg: &config.Config{RPCTimeoutDuration: time.Second}}
+	a := &Activities{set: Settings{RPCTimeout: time.Second}}
 	check := func(replies []replyDetails, wantType string, nonRetryable bool) {
 		t.Helper()
 		err := a.one("n1", "choria_provision#jwt", replies)
@@ -36,7 +34,7 @@ func TestReplyClassification(t *testing.T) {
 		require.Equal(t, nonRetryable, app.NonRetryable())
 	}
 	check([]replyDetails{reply{"n1", true, "OK"}}, "", false)
-	check(nil, ErrTypeRPC, false)
+	check(nil, ErrTypeNoReply, false)
 	check([]replyDetails{reply{"n1", true, ""}, reply{"n1", true, ""}}, ErrTypeBadReply, false)
 	check([]replyDetails{reply{"impostor", true, ""}}, ErrTypeBadReply, false)
 	check([]replyDetails{reply{"n1", false, "Could not obtain provisioning lock"}}, ErrTypeLocked, false)

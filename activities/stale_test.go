@@ -27,7 +27,7 @@ func (f fakeRuns) CompletedAfter(_ context.Context, _, _ string, after time.Time
 
 func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 	seen := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	noReply := temporal.NewApplicationError("choria_provision#jwt: no reply from n1 within 10s", ErrTypeRPC)
+	noReply := temporal.NewApplicationError("choria_provision#jwt: no reply from n1 within 10s", ErrTypeNoReply)
 	locked := temporal.NewApplicationError("choria_provision#jwt: locked", ErrTypeLocked)
 
 	cases := []struct {
@@ -39,10 +39,10 @@ func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 		asks     int
 	}{
 		{"provisioned after the sighting", &fakeRuns{closed: seen.Add(5 * time.Second), found: true}, seen, noReply, ErrTypeNotProvisioning, 1},
-		{"provisioned before the sighting", &fakeRuns{closed: seen.Add(-5 * time.Second), found: true}, seen, noReply, ErrTypeRPC, 1},
-		{"no earlier run", &fakeRuns{}, seen, noReply, ErrTypeRPC, 1},
-		{"visibility unavailable", &fakeRuns{err: errors.New("rate limited")}, seen, noReply, ErrTypeRPC, 1},
-		{"not the first RPC", &fakeRuns{closed: seen.Add(time.Second), found: true}, time.Time{}, noReply, ErrTypeRPC, 0},
+		{"provisioned before the sighting", &fakeRuns{closed: seen.Add(-5 * time.Second), found: true}, seen, noReply, ErrTypeNoReply, 1},
+		{"no earlier run", &fakeRuns{}, seen, noReply, ErrTypeNoReply, 1},
+		{"visibility unavailable", &fakeRuns{err: errors.New("rate limited")}, seen, noReply, ErrTypeNoReply, 1},
+		{"not the first RPC", &fakeRuns{closed: seen.Add(time.Second), found: true}, time.Time{}, noReply, ErrTypeNoReply, 0},
 		{"the host answered", &fakeRuns{closed: seen.Add(time.Second), found: true}, seen, locked, ErrTypeLocked, 0},
 	}
 	for _, c := range cases {

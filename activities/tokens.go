@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -15,56 +14,6 @@ import (
 	"github.com/choria-io/tokens"
 	"github.com/golang-jwt/jwt/v5"
 )
-
-// Sentinel errors of token handling.
-var (
-	ErrInvalidJWT       = errors.New("provisioning JWT is not valid")
-	ErrBadNonce         = errors.New("ed25519 nonce signature does not verify")
-	ErrSigning          = errors.New("cannot sign server JWT")
-	ErrNoChainSignature = errors.New("jwt_signing_token has no trust chain signature")
-	ErrSignerExpired    = errors.New("jwt_signing_token has expired")
-)
-
-// VerifyProvisioningJWT checks the server's provisioning JWT against jwt_verify_cert, which is
-// either a file (RSA public key or certificate, or an ed25519 key) or a hex ed25519 public key.
-func VerifyProvisioningJWT(raw string, verifyCert string) (*tokens.ProvisioningClaims, error) {
-	if raw == "" {
-		return nil, fmt.Errorf("%w: the server returned no JWT", ErrInvalidJWT)
-	}
-	var (
-		claims *tokens.ProvisioningClaims
-		err    error
-	)
-	if _, statErr := os.Stat(verifyCert); statErr == nil {
-		claims, err = tokens.ParseProvisioningTokenWithKeyfile(raw, verifyCert)
-	} else {
-		pk, hexErr := hex.DecodeString(verifyCert)
-		if hexErr != nil || len(pk) != ed25519.PublicKeySize {
-			return nil, fmt.Errorf("%w: jwt_verify_cert %q is neither a file nor a hex ed25519 key", ErrInvalidJWT, verifyCert)
-		}
-		claims, err = tokens.ParseProvisioningToken(raw, ed25519.PublicKey(pk))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidJWT, err)
-	}
-	return claims, nil
-}
-
-// VerifyNonceSignature checks that the server signed nonce with the key it returned.
-func VerifyNonceSignature(pubHex, sigHex, nonce string) error {
-	pk, err := hex.DecodeString(pubHex)
-	if err != nil || len(pk) != ed25519.PublicKeySize {
-		return fmt.Errorf("%w: public key %q is not a hex ed25519 key", ErrBadNonce, pubHex)
-	}
-	sig, err := hex.DecodeString(sigHex)
-	if err != nil {
-		return fmt.Errorf("%w: signature is not hex", ErrBadNonce)
-	}
-	if !ed25519.Verify(pk, []byte(nonce), sig) {
-		return ErrBadNonce
-	}
-	return nil
-}
 
 // ServerJWTSigner makes server JWTs the way the Choria Provisioner does, from jwt_signing_key and,
 // when set, the chain issuer data of jwt_signing_token. Files are read per signature so that

@@ -54,10 +54,22 @@ type Temporal struct {
 	// activities: fewer history events and workflow tasks, but those steps are then recorded as
 	// markers, not as activities, in the Web UI.
 	LocalActivities bool `koanf:"local_activities"`
+	// FastMode runs every step as a local activity: one or two workflow tasks per host, but the
+	// Web UI shows markers, not activities, and a worker that dies mid-host repeats the host's
+	// steps since its last completed workflow task (docs/performance.md, fast mode).
+	FastMode bool `koanf:"fast_mode"`
 	// Worker tuning; 0 keeps the Temporal SDK's default.
 	ActivityPollers         int `koanf:"activity_pollers"`
 	WorkflowPollers         int `koanf:"workflow_pollers"`
 	MaxConcurrentActivities int `koanf:"max_concurrent_activities"`
+	// GRPCCompression of the requests to Temporal: "none" (default) or "gzip". Payloads are
+	// encrypted, so gzip mostly spends CPU on both ends for nothing (docs/performance.md).
+	GRPCCompression string `koanf:"grpc_compression"`
+
+	// TLS and the API key: how the frontend is reached securely (config/tls.go).
+	TLS        TLS    `koanf:"tls"`
+	APIKey     Secret `koanf:"api_key"` // only from PROVISIONER_TEMPORAL__API_KEY, never YAML
+	APIKeyFile string `koanf:"api_key_file"`
 }
 
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
@@ -157,6 +169,13 @@ func LoadForOperator(path string) (*Config, error) {
 	return cfg, nil
 }
 
+// Parse reads file and the environment like Load but validates nothing and leaves the parsed
+// forms (durations, HelperCommand) empty: for the preflight check, which reports every problem
+// rather than the first.
+func Parse(path string) (*Config, error) {
+	return read(path)
+}
+
 func read(path string) (*Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
@@ -165,6 +184,11 @@ func read(path string) (*Config, error) {
 	if path != "" {
 		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		for key, instead := range fileOnlyKeys {
+			if k.Exists(key) {
+				return nil, invalid(key, "must not be written in %s (a secret in a file and its history): %s", path, instead)
+			}
 		}
 	}
 	envProvider := env.Provider(EnvPrefix, ".", func(s string) string {
@@ -303,7 +327,12 @@ func (c *Config) validateTemporal() error {
 	if c.Temporal.TaskQueue == "" {
 		return invalid("temporal.task_queue", "must not be empty")
 	}
-	return nil
+	switch c.Temporal.GRPCCompression {
+	case "", "none", "gzip":
+	default:
+		return invalid("temporal.grpc_compression", "%q: none or gzip", c.Temporal.GRPCCompression)
+	}
+	return c.validateTemporalAuth()
 }
 
 // TrimRegex accepts the /re/ form of cert_deny_list entries.

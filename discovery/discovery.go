@@ -13,8 +13,10 @@ import (
 	"github.com/choria-io/go-choria/providers/discovery/broadcast"
 	"github.com/nats-io/nats.go"
 	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/logging"
@@ -24,9 +26,9 @@ import (
 
 // Starter is the part of the Temporal client discovery uses.
 type Starter interface {
-	SignalWithStartWorkflow(ctx context.Context, workflowID string, signalName string, signalArg any,
-		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
 }
 
 // PauseChecker tells whether fleet-wide provisioning is paused.
@@ -56,6 +58,7 @@ type Discoverer struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	now     func() time.Time
+	recheck time.Duration // FinishingRecheck; tests shorten it
 }
 
 // New makes a Discoverer over a Choria client framework on the provisioning collective.
@@ -66,7 +69,7 @@ func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, 
 	if opts.DiscoveryTimeout <= 0 {
 		opts.DiscoveryTimeout = 2 * time.Second
 	}
-	return &Discoverer{fw: fw, starter: starter, opts: opts, metrics: m, log: log, now: time.Now}
+	return &Discoverer{fw: fw, starter: starter, opts: opts, metrics: m, log: log, now: time.Now, recheck: FinishingRecheck}
 }
 
 // Run sweeps at start and every interval and listens for startup events, until ctx ends.
@@ -249,44 +252,148 @@ func (d *Discoverer) handleEvent(ctx context.Context, data []byte, received time
 	_ = d.Sighted(ctx, id, workflows.SourceEvent, received)
 }
 
-// alreadyHandled tells whether a sighting needs no new run nor signal: the host's run is open
-// (a sweep's signal would only count the sighting, at the cost of a history write and a workflow
-// task per pending host per sweep), or its latest run completed after seenAt (the sighting is
-// stale: the host was provisioned since and has left provisioning mode). It reads the host's
-// latest run from the history service, not the rate-limited visibility store.
-func (d *Discoverer) alreadyHandled(ctx context.Context, identity string, seenAt time.Time) (running, stale bool) {
+// verdict is what a sighting needs, given the host's latest run.
+type verdict int
+
+const (
+	startRun  verdict = iota // no run, or a closed one the sighting is newer than: start (or signal) as usual
+	openRun                  // a run is at work on the host and absorbs the sighting
+	finishing                // a run past its restart RPC (or between steps): judge once it has closed
+	staleSeen                // the host left provisioning mode after the sighting: drop it
+)
+
+// check reads the host's latest run from the history service (not the rate-limited visibility
+// store) and judges a sighting made at seenAt against it.
+//
+// A run that completed after seenAt makes the sighting stale only if the host could still have
+// answered in provisioning mode from that run when the sighting was made: the run's result says
+// when its restart RPC succeeded (ProvisionResult.LeftProvisioningBy). Judging by the close time
+// instead went wrong when a provisioner stopped during a run's restart grace: the run closed only
+// when a provisioner came back, after that provisioner's first sweep began, and every host seen
+// in that sweep waited a whole interval.
+func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Time) verdict {
 	resp, err := d.starter.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
 	if err != nil {
-		return false, false // none yet, or Temporal cannot say: start or signal as usual
+		return startRun // none yet, or Temporal cannot say: start or signal as usual
 	}
 	info := resp.GetWorkflowExecutionInfo()
 	switch info.GetStatus() {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return true, false
+		// a run in its restart grace has no activity pending and will not serve this sighting;
+		// one with an activity pending, deferred, or not yet at its helper will
+		if len(resp.GetPendingActivities()) > 0 || keyword(info, workflows.OutcomeKey.GetName()) == workflows.OutcomeDeferred {
+			return openRun
+		}
+		switch keyword(info, workflows.StepKey.GetName()) {
+		case workflows.StepHelper, workflows.StepRestart:
+			return finishing
+		}
+		return openRun
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-		return false, info.GetCloseTime().AsTime().After(seenAt)
+		if !info.GetCloseTime().AsTime().After(seenAt) {
+			return startRun
+		}
+		var res workflows.ProvisionResult
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := d.starter.GetWorkflow(rctx, workflows.WorkflowID(identity), info.GetExecution().GetRunId()).Get(rctx, &res); err != nil {
+			d.log.Warn("could not read the latest run's result, judging the sighting by the run's close time",
+				zap.String(logging.FieldIdentity, identity), zap.Error(err))
+			return staleSeen
+		}
+		if left := res.LeftProvisioningBy(); !left.IsZero() && left.Before(seenAt) {
+			return startRun // the host is back in provisioning mode since that run restarted it
+		}
+		return staleSeen
 	}
-	return false, false
+	return startRun
+}
+
+// keyword reads a keyword search attribute from a run's description ("" when unset).
+func keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
+	p, ok := info.GetSearchAttributes().GetIndexedFields()[name]
+	if !ok {
+		return ""
+	}
+	var v string
+	if converter.GetDefaultDataConverter().FromPayload(p, &v) != nil {
+		return ""
+	}
+	return v
+}
+
+// FinishingRecheck is how often, and FinishingWait how long at most, a sighting of a host whose
+// run is past its restart RPC waits for that run to close before it is judged: the run stays
+// open splay+3 s after the restart RPC (absorbing late sightings of the server it restarted),
+// and one a stopped provisioner left in that grace closes within moments of a worker's return.
+const (
+	FinishingRecheck = time.Second
+	FinishingWait    = 6 * time.Second
+)
+
+// settleLater judges a sighting of a finishing run once the run has closed, off the caller's
+// goroutine (a sweep's handover and the event workers are bounded), and then hands it over.
+func (d *Discoverer) settleLater(ctx context.Context, identity, source string, seenAt time.Time) {
+	go func() {
+		for waited := time.Duration(0); waited < FinishingWait; waited += d.recheck {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d.recheck):
+			}
+			switch d.check(ctx, identity, seenAt) {
+			case finishing:
+				continue
+			case staleSeen:
+				d.dropStale(identity)
+			case openRun:
+				if source == workflows.SourceEvent {
+					_ = d.start(ctx, identity, source, seenAt)
+				}
+			case startRun:
+				_ = d.start(ctx, identity, source, seenAt)
+			}
+			return
+		}
+		// still open: it absorbs the sighting, as an open run does
+		if source == workflows.SourceEvent {
+			_ = d.start(ctx, identity, source, seenAt)
+		}
+	}()
+}
+
+func (d *Discoverer) dropStale(identity string) {
+	d.log.Debug("stale sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
+	d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
 }
 
 // Sighted starts the host's workflow, or signals it when it runs already; seenAt is when the
 // host was seen (for a sweep, when the sweep began).
 func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
-	// A sweep's sightings are at least its discovery timeout old when they reach Temporal, and a
-	// sweep over thousands of hosts hands them over for many seconds while the hosts it found are
-	// being provisioned and restarted: check each against the host's latest run first; likewise a
+	// A sweep's sightings are older than the moment they reach Temporal, and a sweep over
+	// thousands of hosts hands them over for many seconds while the hosts it found are being
+	// provisioned and restarted: check each against the host's latest run first; likewise a
 	// startup event that waited in the queue.
 	if source == workflows.SourceDiscovery || d.now().Sub(seenAt) > LateEvent {
-		running, stale := d.alreadyHandled(ctx, identity, seenAt)
-		if stale {
-			d.log.Debug("stale sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
-			d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
+		switch d.check(ctx, identity, seenAt) {
+		case staleSeen:
+			d.dropStale(identity)
 			return nil
-		}
-		if running && source == workflows.SourceDiscovery {
+		case finishing:
+			d.settleLater(ctx, identity, source, seenAt)
 			return nil
+		case openRun:
+			if source == workflows.SourceDiscovery {
+				return nil
+			}
 		}
 	}
+	return d.start(ctx, identity, source, seenAt)
+}
+
+// start hands a sighting to Temporal: a new run of the host's workflow, or nothing when one is
+// open (a signal would cost the open run a history event and a workflow task, and tell it nothing).
+func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt time.Time) error {
 	in := d.opts.Input
 	in.Identity = identity
 	in.Source = source
@@ -295,11 +402,11 @@ func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenA
 		ID:        workflows.WorkflowID(identity),
 		TaskQueue: d.opts.TaskQueue,
 		// a closed workflow (provisioned, failed, shut down) gets a new run: the host is back
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: workflows.StartSearchAttributes(in),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes:    workflows.StartSearchAttributes(in),
 	}
-	_, err := d.starter.SignalWithStartWorkflow(ctx, opts.ID, workflows.SeenSignal,
-		workflows.Sighting{Source: source, At: seenAt}, opts, workflows.WorkflowName, in)
+	_, err := d.starter.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			d.log.Error("could not start or signal workflow", zap.String(logging.FieldIdentity, identity), zap.Error(err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,11 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -86,19 +89,62 @@ type recordingStarter struct {
 	err       error
 	described int
 	latest    *workflowpb.WorkflowExecutionInfo // the host's latest run; nil: none
+	pending   int                               // activities pending in it
+	result    *workflows.ProvisionResult        // its result; nil: cannot be read
+	results   int                               // results read
+	// closeAfter: after this many descriptions, the run is closed (latest becomes closed)
+	closeAfter int
+	closed     *workflowpb.WorkflowExecutionInfo
 }
 
 func (r *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, run string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.described++
+	if r.closed != nil && r.described > r.closeAfter {
+		r.latest, r.pending = r.closed, 0
+	}
 	if r.latest == nil {
 		return nil, serviceerror.NewNotFound("workflow not found")
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: r.latest}, nil
+	resp := &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: r.latest}
+	for i := 0; i < r.pending; i++ {
+		resp.PendingActivities = append(resp.PendingActivities, &workflowpb.PendingActivityInfo{ActivityId: fmt.Sprint(i)})
+	}
+	return resp, nil
 }
 
-func (r *recordingStarter) SignalWithStartWorkflow(ctx context.Context, id, signal string, arg any, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+func (r *recordingStarter) GetWorkflow(ctx context.Context, id, run string) client.WorkflowRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.results++
+	return resultRun{r.result}
+}
+
+func (r *recordingStarter) started() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+// resultRun is a closed run whose result is res (nil: the read fails).
+type resultRun struct{ res *workflows.ProvisionResult }
+
+func (resultRun) GetID() string                  { return "" }
+func (resultRun) GetRunID() string               { return "" }
+func (resultRun) GetFirstExecutionRunID() string { return "" }
+func (r resultRun) Get(ctx context.Context, v any) error {
+	if r.res == nil {
+		return errors.New("history unavailable")
+	}
+	*(v.(*workflows.ProvisionResult)) = *r.res
+	return nil
+}
+func (r resultRun) GetWithOptions(ctx context.Context, v any, _ client.WorkflowRunGetOptions) error {
+	return r.Get(ctx, v)
+}
+
+func (r *recordingStarter) ExecuteWorkflow(ctx context.Context, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, opts)
@@ -123,6 +169,7 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, workflows.WorkflowID("n1.example"), s.calls[0].ID)
 	require.Equal(t, "tq", s.calls[0].TaskQueue)
 	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, s.calls[0].WorkflowIDReusePolicy)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, s.calls[0].WorkflowIDConflictPolicy, "an open run is left alone")
 	require.Equal(t, "n1.example", s.args[0].Identity)
 	require.Equal(t, workflows.SourceEvent, s.args[0].Source)
 	require.Equal(t, "lab", s.args[0].Site)
@@ -177,4 +224,111 @@ func TestStartFailureIsReturned(t *testing.T) {
 	s := &recordingStarter{err: errors.New("temporal unavailable")}
 	d, _ := newTestDiscoverer(t, s)
 	require.ErrorContains(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, time.Now()), "temporal unavailable")
+}
+
+func searchAttrs(t *testing.T, kv map[string]string) *commonpb.SearchAttributes {
+	t.Helper()
+	sa := &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{}}
+	for k, v := range kv {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		require.NoError(t, err)
+		sa.IndexedFields[k] = p
+	}
+	return sa
+}
+
+// Staleness is judged by when the host's latest run restarted it (its result), not when the run
+// closed: a run a stopped provisioner left in its restart grace closes only when a provisioner
+// comes back, after that provisioner's first sweep began.
+func TestStalenessByRestartTime(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	sweep := now.Add(-time.Second) // the sweep began a second ago; the run closed just now
+	closedNow := &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, CloseTime: timestamppb.New(now),
+		Execution: &commonpb.WorkflowExecution{WorkflowId: "provision:n1", RunId: "r1"}}
+	restarted := func(at time.Time) *workflows.ProvisionResult {
+		return &workflows.ProvisionResult{Outcome: workflows.OutcomeProvisioned, RestartedAt: at, RestartSplay: 1}
+	}
+	cases := []struct {
+		name    string
+		result  *workflows.ProvisionResult
+		started int
+	}{
+		// restarted 2 minutes ago; the provisioner was down, the run closed when it came back:
+		// the host answering now is back in provisioning mode
+		{"restarted long before the sweep, closed late", restarted(now.Add(-2 * time.Minute)), 1},
+		// restarted 2 s before the sweep: the server re-executes up to splay+2 s later, so
+		// its reply to the sweep may predate its restart
+		{"restarted just before the sweep", restarted(sweep.Add(-2 * time.Second)), 0},
+		{"restarted after the sweep began", restarted(sweep.Add(100 * time.Millisecond)), 0},
+		{"a run that restarted nothing (or of an older version)", &workflows.ProvisionResult{Outcome: workflows.OutcomeProvisioned}, 0},
+		{"result unreadable: by the close time", nil, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &recordingStarter{latest: closedNow, result: c.result}
+			d, m := newTestDiscoverer(t, s)
+			d.now = func() time.Time { return now }
+			require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, sweep))
+			require.Equal(t, c.started, s.started())
+			require.Equal(t, 1, s.results)
+			require.Equal(t, float64(1-c.started), testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
+		})
+	}
+
+	// a run closed before the sweep began needs no result read
+	s := &recordingStarter{latest: &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		CloseTime: timestamppb.New(sweep.Add(-time.Minute))}}
+	d, _ := newTestDiscoverer(t, s)
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, sweep))
+	require.Equal(t, 1, s.started())
+	require.Zero(t, s.results)
+}
+
+// A sweep sighting of a run past its restart RPC (no activity pending, step helper or restart) is
+// judged once that run closes, instead of being absorbed by a run that will not serve it.
+func TestSightingOfAFinishingRunWaitsForItsEnd(t *testing.T) {
+	now := time.Now()
+	running := func(step, outcome string) *workflowpb.WorkflowExecutionInfo {
+		return &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+			SearchAttributes: searchAttrs(t, map[string]string{workflows.StepKey.GetName(): step, workflows.OutcomeKey.GetName(): outcome})}
+	}
+	closed := &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, CloseTime: timestamppb.New(now.Add(time.Second)),
+		Execution: &commonpb.WorkflowExecution{RunId: "r1"}}
+
+	// in its grace after a restart two minutes ago; closes after the third look: started then
+	s := &recordingStarter{latest: running(workflows.StepHelper, workflows.OutcomeRunning), closed: closed, closeAfter: 3,
+		result: &workflows.ProvisionResult{RestartedAt: now.Add(-2 * time.Minute), RestartSplay: 1}}
+	d, m := newTestDiscoverer(t, s)
+	d.recheck = 10 * time.Millisecond
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now))
+	require.Eventually(t, func() bool { return s.started() == 1 }, 2*time.Second, 5*time.Millisecond)
+	require.Zero(t, testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
+
+	// the same, restarted just now: a late echo of the server it restarted, dropped
+	s = &recordingStarter{latest: running(workflows.StepHelper, workflows.OutcomeRunning), closed: closed, closeAfter: 2,
+		result: &workflows.ProvisionResult{RestartedAt: now.Add(-time.Second), RestartSplay: 1}}
+	d, m = newTestDiscoverer(t, s)
+	d.recheck = 10 * time.Millisecond
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now))
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")) == 1 }, 2*time.Second, 5*time.Millisecond)
+	require.Zero(t, s.started())
+
+	// open runs that will serve the sighting: nothing to do, no waiting
+	for name, c := range map[string]struct {
+		info    *workflowpb.WorkflowExecutionInfo
+		pending int
+	}{
+		"an activity pending":     {running(workflows.StepHelper, workflows.OutcomeRunning), 1},
+		"deferred":                {running(workflows.StepDeferred, workflows.OutcomeDeferred), 0},
+		"before its helper":       {&workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}, 0},
+		"between steps (old run)": {running(workflows.StepConfigure, workflows.OutcomeRunning), 0},
+	} {
+		s := &recordingStarter{latest: c.info, pending: c.pending}
+		d, _ := newTestDiscoverer(t, s)
+		d.recheck = 10 * time.Millisecond
+		require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now), name)
+		time.Sleep(50 * time.Millisecond)
+		require.Zero(t, s.started(), name)
+		require.Equal(t, 1, s.described, name)
+	}
 }

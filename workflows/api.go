@@ -5,10 +5,13 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/choria-temporal/provisioner/activities"
 )
 
 // WorkflowName is the registered name of ProvisionHost.
@@ -35,9 +38,57 @@ const (
 	DecisionShutdown  = "shutdown"
 )
 
+// workflowIDPrefix begins the workflow ID of every host.
+const workflowIDPrefix = "provision:"
+
 // WorkflowID is the one workflow ID of a host: it depends on the identity alone, so every replica
 // and every sighting addresses the same workflow.
-func WorkflowID(identity string) string { return "provision:" + identity }
+func WorkflowID(identity string) string { return workflowIDPrefix + identity }
+
+// IdentityFromWorkflowID is the host of a workflow ID made by WorkflowID; ok is false for any
+// other workflow (the control workflow, for one).
+func IdentityFromWorkflowID(id string) (identity string, ok bool) {
+	return strings.CutPrefix(id, workflowIDPrefix)
+}
+
+// HostsQuery selects hosts' runs in Temporal's visibility store; empty fields match every run.
+// Its String is also what `temporal workflow list --query` takes.
+type HostsQuery struct {
+	TaskQueue string
+	Outcome   string // ProvisionOutcome
+	Step      string // ProvisionStep
+	Site      string // ProvisionSite
+	Running   bool   // open runs only
+}
+
+func (q HostsQuery) String() string {
+	parts := []string{fmt.Sprintf("WorkflowType = '%s'", WorkflowName)}
+	add := func(field, value string) {
+		if value != "" {
+			parts = append(parts, fmt.Sprintf("%s = '%s'", field, unquote(value)))
+		}
+	}
+	add("TaskQueue", q.TaskQueue)
+	add(OutcomeKey.GetName(), q.Outcome)
+	add(StepKey.GetName(), q.Step)
+	add(SiteKey.GetName(), q.Site)
+	if q.Running {
+		parts = append(parts, "ExecutionStatus = 'Running'")
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// CompletedAfterQuery selects the completed runs of one host's workflow that closed after t.
+func CompletedAfterQuery(workflowID string, after time.Time) (string, error) {
+	if strings.ContainsAny(workflowID, `'"\`) {
+		return "", fmt.Errorf("workflow ID %q cannot be quoted in a visibility query", workflowID)
+	}
+	return fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Completed' AND CloseTime > '%s'",
+		workflowID, after.UTC().Format(time.RFC3339Nano)), nil
+}
+
+// unquote keeps a value from closing its quotes in a visibility query.
+func unquote(s string) string { return strings.ReplaceAll(s, "'", "") }
 
 // Typed search attributes, upserted on transitions so that the Web UI and `temporal workflow list
 // --query` can filter hosts.
@@ -68,18 +119,19 @@ const (
 	OutcomeShutdown    = "shutdown"
 )
 
-// Steps, in the order they run.
+// Steps, in the order they run (the activities' steps are named in their contract), and the
+// states between and after them.
 const (
-	StepJWT       = "jwt"
-	StepGen25519  = "gen25519"
-	StepGencsr    = "gencsr"
-	StepInventory = "inventory"
-	StepHelper    = "helper"
-	StepSign      = "sign"
-	StepConfigure = "configure"
-	StepUpgrade   = "upgrade"
-	StepRestart   = "restart"
-	StepShutdown  = "shutdown"
+	StepJWT       = activities.StepJWT
+	StepGen25519  = activities.StepGen25519
+	StepGencsr    = activities.StepGencsr
+	StepInventory = activities.StepInventory
+	StepHelper    = activities.StepHelper
+	StepSign      = activities.StepSign
+	StepConfigure = activities.StepConfigure
+	StepUpgrade   = activities.StepUpgrade
+	StepRestart   = activities.StepRestart
+	StepShutdown  = activities.StepShutdown
 	StepDeferred  = "deferred"
 	StepDone      = "done"
 )
@@ -125,7 +177,24 @@ type ProvisionInput struct {
 	LocalReads bool `json:"local_reads,omitempty"`
 	// HelperTaskQueue, when set, is the rate-limited task queue of helper calls (helper_rate_limit).
 	HelperTaskQueue string `json:"helper_task_queue,omitempty"`
+	// Version is the command sequence the starter asks for (CurrentVersion); zero for runs
+	// started before it was carried here, which replay with their GetVersion markers.
+	Version int `json:"version,omitempty"`
+	// Fast runs every step as a local activity (temporal.fast_mode; Version 2 and later).
+	Fast bool `json:"fast,omitempty"`
 }
+
+// Versions of the workflow's command sequence. A version in the input costs a new run nothing,
+// where each workflow.GetVersion records a marker and upserts TemporalChangeVersion.
+const (
+	// VersionMarkers: changes guarded by GetVersion markers (runs started before Version existed)
+	VersionMarkers = 0
+	// VersionLean: the reads scheduled together, sign a local activity, no markers and no
+	// restart-grace timer (discovery judges late sightings by the result's RestartedAt)
+	VersionLean = 2
+	// CurrentVersion is what starters put in new runs' input.
+	CurrentVersion = VersionLean
+)
 
 // Defaults for inputs left zero.
 const (
@@ -171,6 +240,26 @@ type ProvisionResult struct {
 	Identity string `json:"identity"`
 	Outcome  string `json:"outcome"`
 	Message  string `json:"message,omitempty"`
+	// RestartedAt is when the restart RPC succeeded, with the splay it asked for: the host left
+	// provisioning mode by LeftProvisioningBy, whenever the run itself closed (a provisioner
+	// stopped during the restart grace closes it only when it comes back). Zero for runs that
+	// restarted nothing, and for runs of versions before this field.
+	RestartedAt  time.Time `json:"restarted_at,omitzero"`
+	RestartSplay int       `json:"restart_splay,omitempty"`
+}
+
+// ServerRestartDelay is what go-choria's restart action adds to a random share of the splay
+// before the server re-executes.
+const ServerRestartDelay = 2 * time.Second
+
+// LeftProvisioningBy is the latest moment the host could still have answered in provisioning
+// mode before the restart this run made: a sighting made after it is of a host that is back in
+// provisioning mode, not a late echo of this run. Zero when the result does not say.
+func (r ProvisionResult) LeftProvisioningBy() time.Time {
+	if r.RestartedAt.IsZero() {
+		return time.Time{}
+	}
+	return r.RestartedAt.Add(time.Duration(r.RestartSplay)*time.Second + ServerRestartDelay)
 }
 
 // ErrInvalidIdentity is returned for identities that cannot be a Choria identity.

@@ -81,6 +81,12 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}, nil
 	}, activities.Gen25519Name)
+	reg(func(ctx context.Context, in activities.HostInput) (*activities.CSRResult, error) {
+		if err := f.record(ctx, activities.GencsrName); err != nil {
+			return nil, err
+		}
+		return &activities.CSRResult{CSR: "csr", PublicKey: "pub", SSLDir: "/etc/choria/ssl"}, nil
+	}, activities.GencsrName)
 	reg(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
 		f.saw(in)
 		if err := f.record(ctx, activities.InventoryName); err != nil {
@@ -342,7 +348,7 @@ func (s *ProvisionSuite) TestTransientFailureRecoversByRetry() {
 }
 
 func (s *ProvisionSuite) TestRetryBudgetRunsOutThenFails() {
-	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeRPC)
+	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
 	s.Require().Error(s.env.GetWorkflowError())
 	s.Equal(5, countOf(s.host.calls, activities.ConfigureName))
@@ -573,7 +579,7 @@ func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
 
 func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
-	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeRPC)
+	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeNoReply)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
 	res := s.result()
 	s.Equal(OutcomeShutdown, res.Outcome)
@@ -581,9 +587,136 @@ func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
 	s.Equal(2, countOf(s.host.calls, activities.ShutdownName))
 }
 
+// A shutdown that could not reach the broker is no confirmation of anything: the host fails.
+func (s *ProvisionSuite) TestShutdownOverADeadBrokerFails() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.host.failing[activities.ShutdownName] = activities.NewError(activities.ErrTypeRPC,
+		"choria_provision#shutdown: no reply from n1 within 10s: the broker connection is down", nil)
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "step shutdown")
+	s.Equal(OutcomeFailed, s.status().Outcome)
+}
+
 func (s *ProvisionSuite) TestShutdownRefusedIsAFailure() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true}}
 	s.host.failing[activities.ShutdownName] = temporal.NewNonRetryableApplicationError("Incorrect provision token supplied", activities.ErrTypeAborted, nil)
 	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
 	s.Require().Error(s.env.GetWorkflowError())
+}
+
+// The result says when the restart RPC succeeded, so discovery can judge a later sighting by
+// when the host left provisioning mode rather than by when the run closed.
+func (s *ProvisionSuite) TestResultCarriesTheRestartTime() {
+	var restartedAt time.Time
+	s.env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+		if info.ActivityType.Name == activities.RestartName {
+			restartedAt = s.env.Now()
+		}
+	})
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	res := s.result()
+	s.False(res.RestartedAt.IsZero())
+	s.WithinDuration(restartedAt, res.RestartedAt, time.Second)
+	s.Equal(DefaultRestartSplay, res.RestartSplay)
+	s.Equal(res.RestartedAt.Add(3*time.Second), res.LeftProvisioningBy())
+}
+
+func (s *ProvisionSuite) TestNoRestartTimeWithoutARestart() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	res := s.result()
+	s.Equal(OutcomeShutdown, res.Outcome)
+	s.True(res.RestartedAt.IsZero())
+	s.True(res.LeftProvisioningBy().IsZero())
+}
+
+func lean(f Features) ProvisionInput {
+	in := input(f)
+	in.Version = CurrentVersion
+	return in
+}
+
+// A run of the current version schedules its reads together and signs in a local activity; its
+// steps and its result are those of a run before it.
+func (s *ProvisionSuite) TestLeanRunReadsTogetherAndSignsLocally() {
+	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{JWT: true, ED25519: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.ElementsMatch(fullFlowNames[:3], s.host.calls[:3])
+	s.Equal(fullFlowNames[3:], s.host.calls[3:])
+	s.Equal([]string{activities.SignServerJWTName}, s.host.local)
+	s.Equal("signed.jwt", s.host.conf.ServerJWT)
+	s.NotNil(s.host.helpIn.Input.ED25519PubKey)
+	s.Zero(s.host.helpIn.Input.ED25519PubKey.Attempt, "the helper contract has no attempt")
+	s.Equal([]time.Time{{}, {}, {}}, s.host.seenAt)
+	st := s.status()
+	s.Len(st.Timeline, 7)
+	s.Equal(StepDone, st.Step)
+}
+
+func (s *ProvisionSuite) TestLeanRunWithPKIReadsTheCSRWithTheOthers() {
+	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{JWT: true, PKI: true}))
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.ElementsMatch([]string{activities.FetchJWTName, activities.GencsrName, activities.InventoryName}, s.host.calls[:3])
+	s.NotNil(s.host.helpIn.Input.CSR)
+}
+
+func (s *ProvisionSuite) TestLeanRunStaleSightingOfAnyFirstRead() {
+	s.host.failing[activities.InventoryName] = temporal.NewNonRetryableApplicationError(
+		"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
+	in := lean(Features{JWT: true, ED25519: true})
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	res := s.result()
+	s.Equal(OutcomeProvisioned, res.Outcome)
+	s.Contains(res.Message, "stale sighting")
+	s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt}, s.host.seenAt)
+}
+
+func (s *ProvisionSuite) TestLeanRunFailsAtTheReadThatFailed() {
+	s.host.failing[activities.Gen25519Name] = temporal.NewNonRetryableApplicationError("bad", activities.ErrTypeBadSignature, nil)
+	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{JWT: true, ED25519: true}))
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.Contains(err.Error(), "step gen25519")
+	s.Equal(StepGen25519, s.status().Step)
+	s.Zero(countOf(s.host.calls, activities.RunHelperName))
+}
+
+func (s *ProvisionSuite) TestLeanRunShutdownWithoutAReply() {
+	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
+	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
+	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{}))
+	s.Equal(OutcomeShutdown, s.result().Outcome)
+}
+
+// Fast mode: every step a local activity, the same steps, results and status.
+func (s *ProvisionSuite) TestFastModeRunsEveryStepLocally() {
+	in := lean(Features{JWT: true, ED25519: true})
+	in.Fast = true
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.ElementsMatch(fullFlowNames, s.host.local)
+	s.Len(s.status().Timeline, 7)
+}
+
+func (s *ProvisionSuite) TestFastModeRetriesTheHelperAndKeepsItsPolicy() {
+	s.host.flaky[activities.RunHelperName] = 2
+	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
+	in := lean(Features{})
+	in.Fast = true
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.Require().Error(s.env.GetWorkflowError())
+	s.Equal(3, countOf(s.host.calls, activities.RunHelperName))
+	s.Equal(5, countOf(s.host.calls, activities.ConfigureName), "the same retry policy as a regular activity")
+}
+
+func (s *ProvisionSuite) TestFastModeKeepsARateLimitedHelperRegular() {
+	in := lean(Features{})
+	in.Fast, in.HelperTaskQueue = true, "tq-helper"
+	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.result()
+	s.NotContains(s.host.local, activities.RunHelperName)
+	s.Equal("tq-helper", s.host.queues[activities.RunHelperName])
 }

@@ -10,9 +10,10 @@ import (
 )
 
 // Histories recorded from real runs (internal/integration, WRITE_REPLAY_HISTORY) must replay
-// against the current ProvisionHost: a change that breaks this breaks every running workflow.
-// When a change must alter the command sequence, guard it with workflow.GetVersion and record a
-// new history beside the old ones.
+// against the current ProvisionHost and ProvisionerControl: a change that breaks this breaks every
+// running workflow.
+// When a change must alter the command sequence, give it a new version in ProvisionInput.Version
+// (api.go) and record a new history beside the old ones.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	require.NoError(t, err)
@@ -20,6 +21,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		r := worker.NewWorkflowReplayer()
 		r.RegisterWorkflowWithOptions(ProvisionHost, workflow.RegisterOptions{Name: WorkflowName})
+		r.RegisterWorkflowWithOptions(ProvisionerControl, workflow.RegisterOptions{Name: ControlWorkflowName})
 		require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f), f)
 	}
 }

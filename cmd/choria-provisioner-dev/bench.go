@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/choria-io/fisk"
@@ -17,11 +19,16 @@ type benchCommand struct {
 	hosts          int
 	dir            string
 	provisionerBin string
+	baselineBin    string
+	baselineLabel  string
+	originalBin    string
+	originalWorker int
 	variant        string
 	jsonFile       string
 	mdFile         string
 	env            []string
 	devArgs        []string
+	merge          []string
 }
 
 func (b *benchCommand) register(app *fisk.Application) {
@@ -34,42 +41,131 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("hosts", "Override every scenario's host count").IntVar(&b.hosts)
 	cmd.Flag("dir", "Working directory").Default(os.TempDir() + "/choria-bench").StringVar(&b.dir)
 	cmd.Flag("provisioner-bin", "Measure this binary's run command instead (before/after comparisons)").StringVar(&b.provisionerBin)
+	cmd.Flag("baseline-bin", "Also run an older build of choria-provisioner on every scenario, in this invocation, and print this build's metrics as ratios of its").StringVar(&b.baselineBin)
+	cmd.Flag("baseline-label", "The baseline's name in the results (default: its file name)").StringVar(&b.baselineLabel)
+	cmd.Flag("original-bin", "Also run the Choria Provisioner (its binary) on every scenario, and print ratios of its metrics").StringVar(&b.originalBin)
+	cmd.Flag("original-workers", "The Choria Provisioner's workers (0: its default, the number of CPUs)").IntVar(&b.originalWorker)
 	cmd.Flag("variant", "Label of this run in the results (e.g. before-shared-connection)").StringVar(&b.variant)
 	cmd.Flag("env", "PROVISIONER_KEY=VALUE for the provisioner in every scenario (repeatable; tuning experiments)").StringsVar(&b.env)
 	cmd.Flag("dev-arg", "Extra dev stack flag in every scenario (repeatable), e.g. --dev-arg=--temporal-dynamic-config=KEY=JSON").StringsVar(&b.devArgs)
+	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
 	cmd.Flag("markdown", "Markdown file whose generated table is rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
 }
 
 func (b *benchCommand) run(ctx context.Context) error {
-	want := map[string]bool{}
-	for _, s := range strings.Split(b.scenarios, ",") {
-		want[strings.TrimSpace(s)] = true
-	}
-	var results []*bench.Result
-	for _, sc := range bench.Scenarios {
-		if !want[sc.Name] {
-			continue
+	if len(b.merge) > 0 {
+		var results []*bench.Result
+		for _, f := range b.merge {
+			rs, err := bench.Load(f)
+			if err != nil {
+				return err
+			}
+			results = append(results, rs...)
 		}
-		delete(want, sc.Name)
+		_, err := bench.Save(b.jsonFile, b.mdFile, results)
+		return err
+	}
+	want := map[string]bool{}
+	var order []string
+	for _, s := range strings.Split(b.scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" && !want[s] {
+			want[s] = true
+			order = append(order, s)
+		}
+	}
+	byName := map[string]bench.Scenario{}
+	for _, sc := range bench.Scenarios {
+		byName[sc.Name] = sc
+	}
+	for _, name := range order {
+		if _, ok := byName[name]; !ok {
+			return fmt.Errorf("unknown scenario %q", name)
+		}
+	}
+	ours := bench.Target{Kind: bench.KindOurs, Bin: b.provisionerBin, Label: b.variant}
+	var others []bench.Target
+	if b.baselineBin != "" {
+		label := b.baselineLabel
+		if label == "" {
+			label = filepath.Base(b.baselineBin)
+		}
+		others = append(others, bench.Target{Kind: bench.KindOurs, Bin: b.baselineBin, Label: label})
+	}
+	if b.originalBin != "" {
+		label := "Choria Provisioner"
+		if b.originalWorker > 0 {
+			label += fmt.Sprintf(" workers=%d", b.originalWorker)
+		} else {
+			label += fmt.Sprintf(" workers=%d (default)", runtime.NumCPU())
+		}
+		others = append(others, bench.Target{Kind: bench.KindOriginal, Bin: b.originalBin, Label: label, Workers: b.originalWorker})
+	}
+	prepare := func(sc bench.Scenario) bench.Scenario {
 		if b.hosts > 0 {
 			sc.Hosts = b.hosts
 		}
 		sc.Env = append(append([]string{}, sc.Env...), b.env...)
 		sc.DevArgs = append(append([]string{}, sc.DevArgs...), b.devArgs...)
-		fmt.Printf("== %s: %d hosts\n", sc.Name, sc.Hosts)
-		res, err := bench.Run(ctx, bench.Options{Self: selfPath(), ProvisionerBin: b.provisionerBin, Dir: b.dir, Log: os.Stdout}, sc, b.variant)
-		if err != nil {
-			return fmt.Errorf("%s: %w", sc.Name, err)
-		}
+		return sc
+	}
+	var results []*bench.Result
+	var comparisons []bench.Comparison
+	// the others' runs of a scenario, kept for the scenarios compared with it (CompareWith)
+	theirs := map[string][]*bench.Result{}
+	save := func(res *bench.Result) error {
 		results = append(results, res)
 		fmt.Print(bench.Table([]*bench.Result{res}))
-		if _, err := bench.Save(b.jsonFile, b.mdFile, results); err != nil {
+		_, err := bench.Save(b.jsonFile, b.mdFile, results)
+		return err
+	}
+	runOne := func(sc bench.Scenario, tg bench.Target) (*bench.Result, error) {
+		who := tg.Label
+		if who == "" {
+			who = "this build"
+		}
+		fmt.Printf("== %s: %d hosts, %s\n", sc.Name, sc.Hosts, who)
+		res, err := bench.Run(ctx, bench.Options{Self: selfPath(), Dir: b.dir, Log: os.Stdout}, sc, tg)
+		if err != nil {
+			return nil, fmt.Errorf("%s (%s): %w", sc.Name, who, err)
+		}
+		return res, save(res)
+	}
+	for _, name := range order {
+		sc := prepare(byName[name])
+		mine, err := runOne(sc, ours)
+		if err != nil {
 			return err
 		}
-	}
-	for name := range want {
-		return fmt.Errorf("unknown scenario %q", name)
+		ref := sc.Name
+		if sc.CompareWith != "" {
+			ref = sc.CompareWith
+		}
+		if _, done := theirs[ref]; !done && len(others) > 0 {
+			rsc := prepare(byName[ref])
+			for _, tg := range others {
+				res, err := runOne(rsc, tg)
+				if err != nil {
+					return err
+				}
+				theirs[ref] = append(theirs[ref], res)
+			}
+		}
+		c := bench.Comparison{Scenario: sc.Name, Ours: mine}
+		for _, r := range theirs[ref] {
+			if r.Kind == bench.KindOriginal {
+				c.Original = r
+			} else {
+				c.Baseline = r
+			}
+		}
+		comparisons = append(comparisons, c)
+		if len(others) > 0 {
+			fmt.Print(bench.Ratios([]bench.Comparison{c}))
+			if err := bench.SaveRatios(b.mdFile, comparisons); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/choria-io/fisk"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
@@ -32,6 +33,11 @@ type devCommand struct {
 	noProvisioner bool
 	dynamicConfig []string
 	failing       int
+	// an external Temporal instead of the dev server, and how to reach it
+	temporalAddress   string
+	temporalNamespace string
+	temporalTLS       config.TLS
+	temporalAPIKey    string
 }
 
 func (d *devCommand) register(app *fisk.Application) {
@@ -47,6 +53,14 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("in-memory", "Keep Temporal's state in memory instead of the state directory").UnNegatableBoolVar(&d.inMemory)
 	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
 	cmd.Flag("temporal-dynamic-config", "KEY=JSON dynamic config value for the Temporal dev server (repeatable; tuning)").Hidden().StringsVar(&d.dynamicConfig)
+	cmd.Flag("temporal-address", "Use this Temporal frontend instead of starting the dev server (no Web UI then)").StringVar(&d.temporalAddress)
+	cmd.Flag("temporal-namespace", "Namespace on --temporal-address").Default("default").StringVar(&d.temporalNamespace)
+	cmd.Flag("temporal-ca", "temporal.tls.ca_file for --temporal-address").ExistingFileVar(&d.temporalTLS.CAFile)
+	cmd.Flag("temporal-cert", "temporal.tls.cert_file (client certificate) for --temporal-address").ExistingFileVar(&d.temporalTLS.CertFile)
+	cmd.Flag("temporal-key", "temporal.tls.key_file for --temporal-address").ExistingFileVar(&d.temporalTLS.KeyFile)
+	cmd.Flag("temporal-server-name", "temporal.tls.server_name for --temporal-address").StringVar(&d.temporalTLS.ServerName)
+	cmd.Flag("temporal-tls", "TLS to --temporal-address with the system's CAs (Temporal Cloud with an API key)").UnNegatableBoolVar(&d.temporalTLS.Enabled)
+	cmd.Flag("temporal-api-key-file", "temporal.api_key_file for --temporal-address (or "+config.APIKeyEnv+")").ExistingFileVar(&d.temporalAPIKey)
 	cmd.Flag("no-provisioner", "Run everything but the provisioner (run it with: run --config DIR/provisioner.yaml); benchmarks measure it alone").Hidden().UnNegatableBoolVar(&d.noProvisioner)
 }
 
@@ -55,7 +69,7 @@ func (d *devCommand) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if d.temporalBin == "" {
+	if d.temporalBin == "" && d.temporalAddress == "" {
 		if d.temporalBin, err = devstack.FindTemporalBinary(); err != nil {
 			return err
 		}
@@ -76,8 +90,9 @@ func (d *devCommand) run(ctx context.Context) error {
 	codecURL := fmt.Sprintf("http://127.0.0.1:%d", d.codecPort)
 	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
 		Dir: dir, Self: self, TemporalBin: d.temporalBin, Servers: d.servers, Persist: !d.inMemory,
-		UI: true, UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL, Mode: d.mode,
+		UI: d.temporalAddress == "", UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL, Mode: d.mode,
 		TemporalDynamicConfig: d.dynamicConfig, Failing: d.failing,
+		TemporalAddress: d.temporalAddress, TemporalNamespace: d.temporalNamespace, TemporalTLS: d.temporalTLS, TemporalAPIKeyFile: d.temporalAPIKey,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 
@@ -23,6 +24,8 @@ type codecServerCommand struct {
 	devTrust  bool
 	issuer    string
 	audience  string
+	tlsCert   string
+	tlsKey    string
 }
 
 func (c *codecServerCommand) register(app *fisk.Application) {
@@ -33,6 +36,8 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)
 	cmd.Flag("oidc-issuer", "Also accept access tokens of this OIDC issuer, as a Web UI with a login passes them (TEMPORAL_CODEC_PASS_ACCESS_TOKEN)").StringVar(&c.issuer)
 	cmd.Flag("oidc-audience", "The audience those access tokens must carry").StringVar(&c.audience)
+	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
+	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode for browsers from the --cors-origin origins without a token (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
 }
 
@@ -52,18 +57,32 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	opts := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust}
+	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust}
 	if c.issuer != "" || c.audience != "" {
-		if opts.OIDC, err = codec.NewOIDCVerifier(ctx, c.issuer, c.audience, nil); err != nil {
+		if o.OIDC, err = codec.NewOIDCVerifier(ctx, c.issuer, c.audience, nil); err != nil {
 			return err
 		}
 	}
-	addr, err := codec.Serve(ctx, c.listen, cd, opts)
+	scheme := "http"
+	if c.tlsCert != "" || c.tlsKey != "" {
+		if c.tlsCert == "" || c.tlsKey == "" {
+			return errors.New("--tls-cert and --tls-key go together")
+		}
+		log, err := logging.New(cfg.Loglevel, "-") // reloads and their failures, on stderr
+		if err != nil {
+			return err
+		}
+		if o.TLS, err = service.ServerTLS(c.tlsCert, c.tlsKey, log); err != nil {
+			return err
+		}
+		scheme = "https"
+	}
+	addr, err := codec.Serve(ctx, c.listen, cd, o)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("codec server on http://%s (key %s)\n", addr, cd.ActiveKeyID())
-	if opts.OIDC != nil {
+	fmt.Printf("codec server on %s://%s (key %s)\n", scheme, addr, cd.ActiveKeyID())
+	if o.OIDC != nil {
 		fmt.Printf("accepting access tokens of %s for audience %s\n", c.issuer, c.audience)
 	}
 	if c.devTrust {

@@ -112,7 +112,7 @@ func (h *hostsCommand) operator(ctx context.Context) (*operator.Operator, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", operator.ErrUnreachable, err)
 	}
-	return &operator.Operator{C: c, DC: dc, TaskQueue: cfg.Temporal.TaskQueue}, c.Close, nil
+	return &operator.Operator{C: c, DC: dc, TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace}, c.Close, nil
 }
 
 func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
@@ -151,7 +151,7 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 		fmt.Fprintf(h.out, "provisioning %sd on task queue %s; %d running hosts signaled\n", cmd, op.TaskQueue, n)
 		return nil
 	case "paused":
-		st, err := service.ReadControlState(ctx, op.C, op.TaskQueue)
+		st, err := op.Control().State(ctx)
 		if err != nil {
 			return err
 		}

@@ -4,17 +4,55 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/choria-io/fisk"
 )
 
-// version is set at build time with -ldflags "-X main.version=..."
-var version = "development"
+// version and commit are set at build time (the Makefile: -ldflags "-X main.version=... -X
+// main.commit=...", from scripts/version.sh and git); the packages carry the same version.
+var (
+	version = "development"
+	commit  = ""
+)
+
+// versionString is what --version prints: the version, the commit it was built from and the Go
+// toolchain. Without the ldflags (go build, go install) the commit comes from the VCS stamp Go
+// embeds, when the build had one.
+func versionString() string {
+	c := commit
+	if c == "" {
+		c = "unknown"
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			var rev, modified string
+			for _, s := range bi.Settings {
+				switch s.Key {
+				case "vcs.revision":
+					rev = s.Value
+				case "vcs.modified":
+					modified = s.Value
+				}
+			}
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			if rev != "" {
+				c = rev
+				if modified == "true" {
+					c += "-dirty"
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%s (commit %s, %s %s/%s)", version, c, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
 
 // command is one subcommand: it declares its flags, then runs when chosen.
 type command interface {
@@ -24,7 +62,7 @@ type command interface {
 
 func main() {
 	app := fisk.New("choria-provisioner", "Provisions Choria Servers, one durable Temporal workflow per host")
-	app.Version(version)
+	app.Version(versionString())
 
 	hosts := &hostsCommand{}
 	hosts.register(app)
@@ -32,9 +70,10 @@ func main() {
 		"run":          &runCommand{},
 		"setup":        &setupCommand{},
 		"codec-server": &codecServerCommand{},
+		"check":        &checkCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"run", "setup", "codec-server"} {
+	for _, name := range []string{"run", "setup", "check", "codec-server"} {
 		commands[name].register(app)
 	}
 
@@ -47,6 +86,9 @@ func main() {
 		os.Exit(hosts.run(ctx, cmd))
 	}
 	if err := commands[cmd].run(ctx); err != nil {
+		if errors.Is(err, errChecksFailed) {
+			os.Exit(1) // the report said what failed
+		}
 		fmt.Fprintf(os.Stderr, "choria-provisioner %s: %v\n", cmd, err)
 		os.Exit(1)
 	}

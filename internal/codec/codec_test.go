@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/choria-temporal/provisioner/internal/testpki"
 )
 
 func TestRoundTripAndNoPlaintext(t *testing.T) {
@@ -184,4 +187,40 @@ func TestDevTrustOriginsRefusesNonLoopbackListeners(t *testing.T) {
 	}
 	_, err = Serve(t.Context(), "127.0.0.1:0", c, ServerOptions{Token: "s3cret-token-0123456789", DevTrustOrigins: true})
 	require.Error(t, err, "the switch needs the origins it trusts")
+}
+
+// With ServerOptions.TLS the codec server speaks HTTPS only, with the token still required.
+func TestServeHTTPS(t *testing.T) {
+	c, err := New(NewKey())
+	require.NoError(t, err)
+	pki := testpki.New(t, "Codec Test CA")
+	cert, key := pki.Leaf(t, "codec", "codec.example.test", nil)
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	require.NoError(t, err)
+	addr, err := Serve(t.Context(), "127.0.0.1:0", c, ServerOptions{Token: "s3cret-token-0123456789", TLS: &tls.Config{Certificates: []tls.Certificate{pair}}})
+	require.NoError(t, err)
+	enc, err := DataConverter(c).ToPayload("payload")
+	require.NoError(t, err)
+	body, err := protojson.Marshal(&commonpb.Payloads{Payloads: []*commonpb.Payload{enc}})
+	require.NoError(t, err)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pki.Pool()}}}
+	post := func(url, auth string) (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/decode", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", auth)
+		return client.Do(req)
+	}
+	resp, err := post("https://"+addr, "Bearer s3cret-token-0123456789")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = post("https://"+addr, "Bearer wrong")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, err = post("http://"+addr, "Bearer s3cret-token-0123456789")
+	if err == nil {
+		resp.Body.Close()
+		require.NotEqual(t, http.StatusOK, resp.StatusCode, "plain HTTP is not decoded")
+	}
 }

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -56,6 +57,9 @@ func Serve(ctx context.Context, addr string, cd *Codec, o ServerOptions) (string
 			l.Close()
 			return "", fmt.Errorf("%w: bound %s", ErrNotLoopback, l.Addr())
 		}
+	}
+	if o.TLS != nil {
+		l = tls.NewListener(l, o.TLS)
 	}
 	srv := &http.Server{Handler: Handler(cd, o), ReadHeaderTimeout: 5 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
 	"net/http"
 	"strings"
 
@@ -22,6 +23,8 @@ type ServerOptions struct {
 	// OIDC, when set, also accepts the bearer tokens a Web UI with a login passes
 	// (TEMPORAL_CODEC_PASS_ACCESS_TOKEN): JWTs of the identity provider for the audience.
 	OIDC *OIDCVerifier
+	// TLS, when set, serves HTTPS (codec-server --tls-cert/--tls-key).
+	TLS *tls.Config
 }
 
 // Handler serves Temporal's remote codec HTTP API (POST /encode and /decode, as the Web UI and

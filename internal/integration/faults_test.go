@@ -86,6 +86,32 @@ func TestIntegrationFaultKillWorker(t *testing.T) {
 	e.tally("kill -9 worker", killed)
 }
 
+// Fast mode (every step a local activity): a worker killed while its hosts run their helper
+// leaves nothing recorded of those runs; the next worker runs their steps again from the start
+// (reads, a new key, the helper), and each host is still configured and restarted once.
+func TestIntegrationFaultKillWorkerFastMode(t *testing.T) {
+	t.Setenv("PROVISIONER_TEMPORAL__FAST_MODE", "true") // the provisioner processes read it too
+	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t)})
+	require.True(t, e.cfg.Temporal.FastMode)
+	e.setFlag("helper-slow", true)
+	first := e.processProvisioner("replica-a")
+	require.Eventually(t, func() bool { return countLines(e, "helper-runs") >= 4 }, 60*time.Second, 100*time.Millisecond)
+	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
+	killed := time.Now()
+	e.setFlag("helper-slow", false)
+	e.processProvisioner("replica-b")
+	e.waitProvisioned(120*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		d := e.waitOutcome(m.Identity, workflows.OutcomeProvisioned)
+		steps := strings.Join(e.localActivities(e.history(m.Identity)), ",")
+		require.Equal(t, 1, strings.Count(steps, activities.ConfigureName), steps)
+		require.Len(t, d.State.Timeline, 7, "the run that completed recorded each step once")
+		e.runs(m.Identity, 1)
+	}
+	t.Logf("FAULT kill -9 worker, fast mode: %d hosts provisioned once each in %v; helper runs %d for %d hosts (each host's steps ran again from the start)",
+		len(e.stack.Fleet.Members), time.Since(killed).Round(100*time.Millisecond), countLines(e, "helper-runs"), len(e.stack.Fleet.Members))
+}
+
 func TestIntegrationFaultSIGTERMDrains(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 3, helper: switchableHelper(t)})
 	e.setFlag("helper-slow", true) // 8 s helpers in flight when the signal comes
@@ -170,6 +196,7 @@ func TestIntegrationStaleSightingOfProvisionedHost(t *testing.T) {
 	require.Contains(t, res.Message, "stale sighting")
 	t.Logf("FAULT stale sighting: recognised in %v, %d RPC attempt(s), outcome %s", time.Since(start).Round(100*time.Millisecond),
 		len(activityFailures(e.history(m.Identity))), res.Outcome)
-	require.Equal(t, []string{activities.FetchJWTName}, scheduled(e.history(m.Identity)))
+	require.Equal(t, []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName}, scheduled(e.history(m.Identity)),
+		"the first reads, scheduled together, and nothing after them")
 	require.True(t, runningProvisioned(m), "the server must be left as it was")
 }

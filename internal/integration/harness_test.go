@@ -37,12 +37,13 @@ type env struct {
 }
 
 type envOptions struct {
-	ownTemporalWithUI bool   // a Temporal of the test's own, with the Web UI
-	ownTemporal       bool   // a Temporal of the test's own
-	persist           bool   // ... on a SQLite file, so it survives a restart
-	temporalAddress   string // a Temporal the test started itself (postgres_test.go)
-	mode              string // devstack.ModeIssuer (default) or ModePKI
-	extraConfig       string // YAML appended to the provisioner's configuration
+	ownTemporalWithUI bool       // a Temporal of the test's own, with the Web UI
+	ownTemporal       bool       // a Temporal of the test's own
+	persist           bool       // ... on a SQLite file, so it survives a restart
+	temporalAddress   string     // a Temporal the test started itself (postgres_test.go)
+	temporalTLS       config.TLS // temporal.tls for temporalAddress
+	mode              string     // devstack.ModeIssuer (default) or ModePKI
+	extraConfig       string     // YAML appended to the provisioner's configuration
 	servers           int
 	helper            func(stack *devstack.Stack) string        // helper command line; nil: the example helper
 	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
@@ -73,6 +74,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.temporalAddress != "" {
 		opts.TemporalAddress = o.temporalAddress
 	}
+	opts.TemporalTLS = o.temporalTLS
 	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
@@ -94,9 +96,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	cfg, err := config.Load(stack.ConfigFile)
 	require.NoError(t, err)
-	dc, _, err := service.DataConverter(cfg)
-	require.NoError(t, err)
-	c, err := client.Dial(client.Options{HostPort: stack.TemporalAddress, DataConverter: dc, Logger: logging.NewTemporal(zap.NewNop())})
+	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &env{t: t, stack: stack, cfg: cfg, client: c}
@@ -201,7 +201,13 @@ func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExe
 
 func (e *env) history(identity string) []*historypb.HistoryEvent {
 	e.t.Helper()
-	it := e.client.GetWorkflowHistory(context.Background(), workflows.WorkflowID(identity), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	return e.historyOf(workflows.WorkflowID(identity))
+}
+
+// historyOf is the latest run's history of any workflow (the control workflow, for one).
+func (e *env) historyOf(workflowID string) []*historypb.HistoryEvent {
+	e.t.Helper()
+	it := e.client.GetWorkflowHistory(context.Background(), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var events []*historypb.HistoryEvent
 	for it.HasNext() {
 		ev, err := it.Next()
@@ -220,6 +226,50 @@ func scheduled(events []*historypb.HistoryEvent) []string {
 		}
 	}
 	return out
+}
+
+// localActivities lists the activity types a history ran as local activities, in order.
+func (e *env) localActivities(events []*historypb.HistoryEvent) []string {
+	e.t.Helper()
+	dc, _, err := service.DataConverter(e.cfg)
+	require.NoError(e.t, err)
+	var out []string
+	for _, ev := range events {
+		m := ev.GetMarkerRecordedEventAttributes()
+		if m.GetMarkerName() != "LocalActivity" {
+			continue
+		}
+		var data struct{ ActivityType string }
+		require.NoError(e.t, dc.FromPayloads(m.GetDetails()["data"], &data))
+		out = append(out, data.ActivityType)
+	}
+	return out
+}
+
+// costOf is what a host's run cost Temporal: history events, workflow tasks, markers, and the
+// idle tasks among them: completed with no command, because a result the workflow waits for
+// with others (the reads) arrived after the task that the first one caused had started.
+func costOf(events []*historypb.HistoryEvent) (n, tasks, markers, idle int) {
+	for i, ev := range events {
+		switch {
+		case ev.GetWorkflowTaskStartedEventAttributes() != nil:
+			tasks++
+		case ev.GetMarkerRecordedEventAttributes() != nil:
+			markers++
+		case ev.GetWorkflowTaskCompletedEventAttributes() != nil:
+			if i+1 == len(events) || !isCommandEvent(events[i+1]) {
+				idle++
+			}
+		}
+	}
+	return len(events), tasks, markers, idle
+}
+
+func isCommandEvent(ev *historypb.HistoryEvent) bool {
+	return ev.GetActivityTaskScheduledEventAttributes() != nil || ev.GetMarkerRecordedEventAttributes() != nil ||
+		ev.GetUpsertWorkflowSearchAttributesEventAttributes() != nil || ev.GetTimerStartedEventAttributes() != nil ||
+		ev.GetWorkflowExecutionCompletedEventAttributes() != nil || ev.GetWorkflowExecutionFailedEventAttributes() != nil ||
+		ev.GetWorkflowExecutionContinuedAsNewEventAttributes() != nil
 }
 
 func activityFailures(events []*historypb.HistoryEvent) []string {

@@ -30,6 +30,7 @@ func switchableHelper(t *testing.T) func(s *devstack.Stack) string {
 		body := fmt.Sprintf(`#!/bin/sh
 input=$(cat)
 if [ -f %[1]s/helper-broken ]; then echo "CA is down" >&2; exit 1; fi
+echo run >> %[1]s/helper-runs
 if [ -f %[1]s/helper-slow ]; then sleep 8; fi
 printf '%%s' "$input" | %[2]s
 `, s.Opts.Dir, s.HelperCommand)
@@ -41,7 +42,7 @@ printf '%%s' "$input" | %[2]s
 func (e *env) operator() *operator.Operator {
 	dc, _, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
-	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue}
+	return &operator.Operator{C: e.client, DC: dc, TaskQueue: e.cfg.Temporal.TaskQueue, Namespace: e.cfg.Temporal.Namespace}
 }
 
 // cli runs the operator CLI binary and returns its output and exit code.
@@ -66,6 +67,15 @@ func (e *env) run(env []string, args ...string) (string, int) {
 	return out.String(), 0
 }
 
+// countLines is how many lines a file in the stack's directory has (0 when it does not exist).
+func countLines(e *env, name string) int {
+	b, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, name))
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\n")
+}
+
 func (e *env) setFlag(name string, on bool) {
 	f := filepath.Join(e.stack.Opts.Dir, name)
 	if on {
@@ -80,11 +90,15 @@ func (e *env) setFlag(name string, on bool) {
 func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t)})
 	e.setFlag("helper-broken", true)
-	e.provisioner("replica-a")
+	svc := e.provisioner("replica-a")
 	op := e.operator()
 	ctx := context.Background()
 
 	e.waitFailed(4) // every host fails while the helper is broken
+	// five helper runs per host, one provisioning error per failed host, one final error line each
+	require.Equal(t, 20.0, testutil.ToFloat64(svc.Metrics.HelperErrors.WithLabelValues("dev")))
+	require.Equal(t, 4.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
+	require.Equal(t, 4, e.logLines("replica-a", `"level":"error"`, "step failed, no retries left"))
 
 	hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed, Step: workflows.StepHelper, Site: "dev"})
 	require.NoError(t, err)
@@ -197,12 +211,13 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
 	e.setFlag("helper-slow", false)
-	time.Sleep(service.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
+	time.Sleep(workflows.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
 	_, err = svc.Sweep(ctx)
 	require.NoError(t, err)
 	e.waitProvisioned(60*time.Second, slow, fresh)
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)
+	e.writeReplayHistoryOf("control-pause-resume", workflows.ControlWorkflowID(e.cfg.Temporal.TaskQueue))
 }
 
 // A failed host is retried automatically when it is sighted again: the next sweep starts a new
@@ -247,4 +262,22 @@ func TestIntegrationCancelHost(t *testing.T) {
 	require.False(t, devstack.Provisioned(m))
 	out, code = e.cli(nil, "cancel", "no-such-host.example")
 	require.Equal(t, 2, code, out)
+}
+
+// logLines counts the lines of a replica's log that contain every one of parts.
+func (e *env) logLines(replica string, parts ...string) int {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, replica+".log"))
+	require.NoError(e.t, err)
+	n := 0
+lines:
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				continue lines
+			}
+		}
+		n++
+	}
+	return n
 }

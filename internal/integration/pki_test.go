@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,7 @@ import (
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
-var pkiFlow = []string{activities.FetchJWTName, activities.InventoryName, activities.GencsrName, activities.RunHelperName,
+var pkiFlow = []string{activities.FetchJWTName, activities.GencsrName, activities.InventoryName, activities.RunHelperName,
 	activities.ConfigureName, activities.RestartName}
 
 func readPEMCert(t *testing.T, file string) *x509.Certificate {
@@ -76,6 +77,7 @@ func TestIntegrationPKIMode(t *testing.T) {
 		e.runs(m.Identity, 1)
 		require.Equal(t, pkiFlow, scheduled(e.history(m.Identity)), m.Identity)
 	}
+	e.writeReplayHistory("provision-pki", e.stack.Fleet.Members[0].Identity)
 }
 
 // pki mode with the key made by the helper: it travels encrypted with the ECDH secret, and the
@@ -109,6 +111,7 @@ func TestIntegrationPKIDeniedCSR(t *testing.T) {
 	hist := e.history(failed.Identity)
 	require.Equal(t, 1, strings.Count(strings.Join(scheduled(hist), ","), activities.GencsrName), "a denied CSR is not retried")
 	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[1]))
+	e.writeReplayHistory("provision-pki-denied-csr", failed.Identity)
 }
 
 // jwt-only: no gen25519, no CSR; the helper makes the key, which travels encrypted with the ECDH
@@ -152,4 +155,32 @@ func TestIntegrationHelperShutdown(t *testing.T) {
 	require.Eventually(t, func() bool { return e.stack.Fleet.Members[0].Exited() }, 30*time.Second, 200*time.Millisecond, "the server process exits")
 	require.False(t, devstack.Provisioned(e.stack.Fleet.Members[0]))
 	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.ShutdownRequests.WithLabelValues("dev")))
+	e.writeReplayHistory("provision-shutdown", doomed)
+}
+
+// The helper decides to shut a host down while the broker is away: the shutdown request never
+// leaves, which is no sign that the server exited. The host ends failed, with the reason, not
+// shut down ("the server did not confirm" is kept for silence after a request that went out).
+func TestIntegrationShutdownOverDeadBrokerFails(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 1, extraConfig: "rpc_timeout: 2s\n", helper: func(s *devstack.Stack) string {
+		script := filepath.Join(s.Opts.Dir, "shutdown-helper.sh")
+		body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\nwhile [ ! -f %s/decide ]; do sleep 0.1; done\necho '{\"shutdown\":true,\"msg\":\"decommissioned\"}'\n", s.Opts.Dir)
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	id := e.stack.Fleet.Identity(0)
+	e.provisioner("replica-a")
+	e.waitInFlight(1)
+
+	restarted := make(chan error, 1)
+	go func() { restarted <- e.stack.RestartBroker(15 * time.Second) }()
+	time.Sleep(time.Second) // the broker is gone: the helper's answer now meets a dead connection
+	e.setFlag("decide", true)
+
+	d := e.waitOutcome(id, workflows.OutcomeFailed)
+	require.Contains(t, d.Reason, "step shutdown")
+	require.Contains(t, d.Reason, "broker connection is down")
+	require.Contains(t, d.Reason, activities.ErrTypeRPC)
+	require.NotContains(t, d.Reason, activities.ErrTypeNoReply)
+	require.NoError(t, <-restarted)
 }

@@ -114,7 +114,8 @@ func TestIntegrationFaultPostgresKillReplica(t *testing.T) {
 
 // startSQLTemporal starts PostgreSQL and a Temporal server on it for one test. Without the
 // PostgreSQL binaries the test is skipped, except in CI (CI set), where make deps installs them.
-func startSQLTemporal(t *testing.T) *devstack.SQLTemporal {
+// o's Dir and binaries are filled in.
+func startSQLTemporal(t *testing.T, o ...devstack.SQLTemporalOptions) *devstack.SQLTemporal {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs PostgreSQL, a Temporal server, a broker and fleet-sim")
@@ -131,11 +132,15 @@ func startSQLTemporal(t *testing.T) *devstack.SQLTemporal {
 	sqlTool, err := devstack.FindTool("temporal-sql-tool")
 	require.NoError(t, err)
 	began := time.Now()
-	srv, err := devstack.StartSQLTemporal(context.Background(), devstack.SQLTemporalOptions{
-		Dir: t.TempDir(), ServerBin: server, SQLToolBin: sqlTool, PostgresBin: pg, Retention: 24 * time.Hour})
+	opts := devstack.SQLTemporalOptions{Retention: 24 * time.Hour}
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	opts.Dir, opts.ServerBin, opts.SQLToolBin, opts.PostgresBin = t.TempDir(), server, sqlTool, pg
+	srv, err := devstack.StartSQLTemporal(context.Background(), opts)
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
-	t.Logf("PostgreSQL (%s) and temporal-server ready in %v, frontend %s", pg, time.Since(began).Round(100*time.Millisecond), srv.Address)
+	t.Logf("PostgreSQL (%s) and temporal-server ready in %v, frontend %s (mutual TLS: %v)", pg, time.Since(began).Round(100*time.Millisecond), srv.Address, opts.TLS != nil)
 	return srv
 }
 

@@ -24,8 +24,14 @@ func mustHex(t *testing.T, s string) []byte {
 	return b
 }
 
+// fullFlow is what an ed25519 run schedules as regular activities: the reads together, then
+// the helper, configure and restart; sign is a local activity.
 var fullFlow = []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
-	activities.SignServerJWTName, activities.ConfigureName, activities.RestartName}
+	activities.ConfigureName, activities.RestartName}
+
+// maxEventsPerHost is issue #11's budget for a host's history with every RPC step and helper
+// call a regular activity (59 before the reads were scheduled together).
+const maxEventsPerHost = 40
 
 // Five real go-choria servers in provisioning mode are found by discovery and provisioned, each
 // by exactly one workflow whose history shows the steps.
@@ -55,9 +61,17 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 	for _, m := range e.stack.Fleet.Members {
 		e.verifyServerJWT(m)
 		e.runs(m.Identity, 1)
-		require.Equal(t, fullFlow, scheduled(e.history(m.Identity)), m.Identity)
+		hist := e.history(m.Identity)
+		require.Equal(t, fullFlow, scheduled(hist), m.Identity)
+		require.Equal(t, []string{activities.SignServerJWTName}, e.localActivities(hist), m.Identity)
+		events, tasks, markers, idle := costOf(hist)
+		t.Logf("%s: %d history events, %d workflow tasks (%d idle), %d markers", m.Identity, events, tasks, idle, markers)
+		// an idle task (3 events) is the server's when a read's result comes after the task the
+		// first one caused has started; what the workflow issues is budgeted
+		require.LessOrEqual(t, events-3*idle, maxEventsPerHost, m.Identity)
+		require.LessOrEqual(t, idle, 2, "%s: at most one idle task per later read", m.Identity)
 	}
-	e.writeReplayHistory(e.stack.Fleet.Members[0].Identity)
+	e.writeReplayHistory("provision-ed25519", e.stack.Fleet.Members[0].Identity)
 	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
 	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
 	// servers still starting when the first sweep runs are found by their startup events instead
@@ -93,11 +107,17 @@ printf '%%s' "$input" | %[3]s
 		return script
 	}})
 	start := time.Now()
-	e.provisioner("replica-a")
+	svc := e.provisioner("replica-a")
 	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
 	elapsed := time.Since(start)
 	t.Logf("all provisioned in %v, flaky host included", elapsed)
 	require.Less(t, elapsed, e.cfg.IntervalDuration, "recovery must not wait for the next discovery sweep")
+	// a host that fails and recovers: its failed helper runs counted, no provisioning error
+	require.Equal(t, 2.0, testutil.ToFloat64(svc.Metrics.HelperErrors.WithLabelValues("dev")))
+	require.Equal(t, 0.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
+	require.Equal(t, 3.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))
+	require.Zero(t, e.logLines("replica-a", "no retries left"))
+	require.Equal(t, 2, e.logLines("replica-a", `"level":"warn"`, "step failed, will retry", `"step":"helper"`))
 
 	for _, m := range e.stack.Fleet.Members {
 		e.verifyServerJWT(m)
@@ -120,6 +140,7 @@ printf '%%s' "$input" | %[3]s
 			}
 		}
 		require.GreaterOrEqual(t, timers, 1, "the defer must wait on a durable timer")
+		e.writeReplayHistory("provision-defer-helper-failures", m.Identity)
 	}
 }
 

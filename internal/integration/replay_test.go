@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -12,19 +13,27 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // writeReplayHistory saves one host's history, payloads decrypted and signed JWTs replaced, as the
 // fixture that workflows' replay test checks every future workflow change against. It runs only
-// when WRITE_REPLAY_HISTORY names the output file.
-func (e *env) writeReplayHistory(identity string) {
-	out := os.Getenv("WRITE_REPLAY_HISTORY")
-	if out == "" {
+// when WRITE_REPLAY_HISTORY names a directory; the file is NAME.json in it.
+func (e *env) writeReplayHistory(name, identity string) {
+	e.t.Helper()
+	e.writeReplayHistoryOf(name, workflows.WorkflowID(identity))
+}
+
+// writeReplayHistoryOf saves the history of any workflow by its ID, as writeReplayHistory.
+func (e *env) writeReplayHistoryOf(name, workflowID string) {
+	dir := os.Getenv("WRITE_REPLAY_HISTORY")
+	if dir == "" {
 		return
 	}
+	out := filepath.Join(dir, name+".json")
 	_, c, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
-	hist := &historypb.History{Events: e.history(identity)}
+	hist := &historypb.History{Events: e.historyOf(workflowID)}
 	err = proxy.VisitPayloads(context.Background(), hist, proxy.VisitPayloadsOptions{
 		Visitor: func(_ *proxy.VisitPayloadsContext, ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
 			dec, err := c.Decode(ps)
@@ -44,5 +53,5 @@ func (e *env) writeReplayHistory(identity string) {
 	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(hist)
 	require.NoError(e.t, err)
 	require.NoError(e.t, os.WriteFile(out, b, 0o644))
-	e.t.Logf("wrote replay history of %s to %s", identity, out)
+	e.t.Logf("wrote replay history of %s to %s", workflowID, out)
 }

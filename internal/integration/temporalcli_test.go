@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,9 +22,16 @@ import (
 // temporalCLI runs the Temporal CLI built from tools/go.mod against the test's server.
 func (e *env) temporalCLI(args ...string) string {
 	e.t.Helper()
+	return e.temporalCLIWith(nil, append(args, "--address", e.stack.TemporalAddress)...)
+}
+
+// temporalCLIWith runs the Temporal CLI with args as given (address included) and extra environment.
+func (e *env) temporalCLIWith(env []string, args ...string) string {
+	e.t.Helper()
 	bin, err := devstack.FindTemporalBinary()
 	require.NoError(e.t, err)
-	cmd := exec.Command(bin, append(args, "--address", e.stack.TemporalAddress)...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(e.t, cmd.Run(), "temporal %v: %s", args, out.String())

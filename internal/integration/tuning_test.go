@@ -9,6 +9,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -47,12 +49,7 @@ func TestIntegrationHelperRateLimit(t *testing.T) {
 // temporal.local_activities: jwt, gen25519, inventory and sign run as local activities (history
 // markers), the helper, configure and restart stay regular activities; hosts are provisioned.
 func TestIntegrationLocalActivities(t *testing.T) {
-	const hosts = 10
-	e := newEnv(t, envOptions{})
-	e.cfg.Temporal.LocalActivities = true
-	status := e.startFleetSim(hosts, "--prefix", "localacts-")
-	e.provisioner("replica-a")
-	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
+	e, st := provisionSim(t, "localacts-", func(c *config.Temporal) { c.LocalActivities = true })
 	events := 0
 	for id, h := range st.Hosts {
 		require.True(t, h.ServerJWT, id)
@@ -69,5 +66,42 @@ func TestIntegrationLocalActivities(t *testing.T) {
 		require.Equal(t, 4, markers, "%s: jwt, gen25519, inventory and sign as local activities", id)
 		require.Equal(t, workflows.OutcomeProvisioned, e.waitOutcome(id, workflows.OutcomeProvisioned).Outcome)
 	}
+	for id := range st.Hosts {
+		e.writeReplayHistory("provision-local-reads", id)
+		break
+	}
 	t.Logf("history events per host with local reads: %d", events)
+}
+
+// temporal.fast_mode: every step a local activity, one or two workflow tasks per host, the same
+// outcome, status and timeline; the steps are markers in the history.
+func TestIntegrationFastMode(t *testing.T) {
+	e, st := provisionSim(t, "fast-", func(c *config.Temporal) { c.FastMode = true })
+	var last string
+	for id, h := range st.Hosts {
+		require.True(t, h.ServerJWT, id)
+		require.Equal(t, int32(1), h.Configures, id)
+		history := e.history(id)
+		require.Empty(t, scheduled(history), "%s: no regular activity", id)
+		require.ElementsMatch(t, []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName,
+			activities.RunHelperName, activities.SignServerJWTName, activities.ConfigureName, activities.RestartName},
+			e.localActivities(history), id)
+		events, tasks, _, _ := costOf(history)
+		t.Logf("%s: %d history events, %d workflow tasks", id, events, tasks)
+		require.LessOrEqual(t, tasks, 2, id)
+		d := e.waitOutcome(id, workflows.OutcomeProvisioned)
+		require.Len(t, d.State.Timeline, 7, "the status query shows every step")
+		last = id
+	}
+	e.writeReplayHistory("provision-fast", last)
+}
+
+// provisionSim provisions ten simulated hosts with the Temporal settings tune makes.
+func provisionSim(t *testing.T, prefix string, tune func(*config.Temporal)) (*env, fleetsim.Status) {
+	t.Helper()
+	e := newEnv(t, envOptions{})
+	tune(&e.cfg.Temporal)
+	status := e.startFleetSim(10, "--prefix", prefix)
+	e.provisioner("replica-a")
+	return e, waitSimRestarted(t, status, 10, 2*time.Minute)
 }

@@ -83,4 +83,5 @@ func TestIntegrationUpgradeBeforeProvisioning(t *testing.T) {
 	require.Equal(t, version, d.State.Upgraded)
 	require.Equal(t, version, d.State.ServerVersion, "the provisioned server runs the new version")
 	require.Equal(t, workflows.OutcomeProvisioned, d.Outcome)
+	e.writeReplayHistory("provision-upgrade", m.Identity)
 }

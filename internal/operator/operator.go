@@ -36,6 +36,7 @@ type Operator struct {
 	C         client.Client
 	DC        converter.DataConverter
 	TaskQueue string
+	Namespace string // empty: Temporal's default namespace
 	// Now is injectable for tests.
 	Now func() time.Time
 }
@@ -70,25 +71,11 @@ func (o *Operator) now() time.Time {
 	return time.Now()
 }
 
-// Query builds the visibility query for f: also what `temporal workflow list --query` takes.
+// Query builds the visibility query of every run of f's hosts (Outcome, Step and Site are
+// matched on the latest run only, by List): also what `temporal workflow list --query` takes.
 func (o *Operator) Query(f Filter) string {
-	q := []string{fmt.Sprintf("WorkflowType = '%s'", workflows.WorkflowName)}
-	if o.TaskQueue != "" {
-		q = append(q, fmt.Sprintf("TaskQueue = '%s'", quote(o.TaskQueue)))
-	}
-	if f.Outcome != "" {
-		q = append(q, fmt.Sprintf("%s = '%s'", workflows.OutcomeKey.GetName(), quote(f.Outcome)))
-	}
-	if f.Step != "" {
-		q = append(q, fmt.Sprintf("%s = '%s'", workflows.StepKey.GetName(), quote(f.Step)))
-	}
-	if f.Site != "" {
-		q = append(q, fmt.Sprintf("%s = '%s'", workflows.SiteKey.GetName(), quote(f.Site)))
-	}
-	return strings.Join(q, " AND ")
+	return workflows.HostsQuery{TaskQueue: o.TaskQueue, Outcome: f.Outcome, Step: f.Step, Site: f.Site}.String()
 }
-
-func quote(s string) string { return strings.ReplaceAll(s, "'", "") }
 
 func unreachable(err error) error {
 	var unavailable *serviceerror.Unavailable
@@ -141,7 +128,7 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Host, error) {
 
 func (o *Operator) hostOf(ex *workflowpb.WorkflowExecutionInfo) Host {
 	h := Host{WorkflowID: ex.GetExecution().GetWorkflowId(), RunID: ex.GetExecution().GetRunId(), Status: statusName(ex.GetStatus())}
-	h.Identity = strings.TrimPrefix(h.WorkflowID, "provision:")
+	h.Identity, _ = workflows.IdentityFromWorkflowID(h.WorkflowID)
 	if t := ex.GetStartTime(); t != nil {
 		h.Started = t.AsTime()
 	}
@@ -298,6 +285,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 	}
 	in.Source = workflows.SourceOperator
 	in.Defers = 0
+	in.Version = workflows.CurrentVersion // a new run: the current command sequence
 	_, err = o.C.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.WorkflowID(identity), TaskQueue: o.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
@@ -367,67 +355,17 @@ func (o *Operator) Cancel(ctx context.Context, identity string) error {
 	return unreachable(err)
 }
 
-// PauseSettle is how long SetPaused waits between recording the state and signaling running
-// hosts: discovery caches the state for service.PauseCacheTTL, so a host it started just before it
-// noticed is still caught.
-const PauseSettle = 3 * time.Second
-
-// SetPaused pauses or resumes provisioning fleet-wide: it records the state in the control
-// workflow (discovery in every replica stops or resumes starting hosts) and signals every running
-// host workflow to hold before, or go on with, its next step. It returns how many hosts it signaled.
-func (o *Operator) SetPaused(ctx context.Context, paused bool, by, reason string) (int, error) {
-	signal := workflows.ResumeSignal
-	if paused {
-		signal = workflows.PauseSignal
-	}
-	req := workflows.ControlRequest{By: by, Reason: reason, At: o.now().UTC()}
-	_, err := o.C.SignalWithStartWorkflow(ctx, workflows.ControlWorkflowID(o.TaskQueue), signal, req,
-		client.StartWorkflowOptions{ID: workflows.ControlWorkflowID(o.TaskQueue), TaskQueue: o.TaskQueue},
-		workflows.ControlWorkflowName, workflows.ControlState{})
-	if err != nil {
-		return 0, unreachable(fmt.Errorf("recording the pause state: %w", err))
-	}
-	if paused {
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(PauseSettle):
-		}
-	}
-	running, err := o.running(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, id := range running {
-		err := o.C.SignalWorkflow(ctx, id, "", signal, nil)
-		var notFound *serviceerror.NotFound
-		if err != nil && !errors.As(err, &notFound) {
-			return n, unreachable(err)
-		}
-		if err == nil {
-			n++
-		}
-	}
-	return n, nil
+// Control is the control workflow's client for o's task queue.
+func (o *Operator) Control() *workflows.ControlClient {
+	return workflows.NewControlClient(o.C, o.Namespace, o.TaskQueue)
 }
 
-func (o *Operator) running(ctx context.Context) ([]string, error) {
-	var ids []string
-	var token []byte
-	for {
-		resp, err := o.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: o.Query(Filter{}) + " AND ExecutionStatus = 'Running'", NextPageToken: token, PageSize: 1000})
-		if err != nil {
-			return nil, unreachable(err)
-		}
-		for _, ex := range resp.Executions {
-			ids = append(ids, ex.GetExecution().GetWorkflowId())
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return ids, nil
-		}
-	}
+// SetPaused pauses or resumes provisioning fleet-wide: discovery in every replica stops or resumes
+// starting hosts, and every running host holds before, or goes on with, its next step. It returns
+// how many running hosts were signaled.
+func (o *Operator) SetPaused(ctx context.Context, paused bool, by, reason string) (int, error) {
+	n, err := o.Control().SetPaused(ctx, paused, workflows.ControlRequest{By: by, Reason: reason, At: o.now().UTC()})
+	return n, unreachable(err)
 }
 
 // Reprovision asks provisioned servers, over Choria RPC with the provisioning token, to go back

@@ -3,11 +3,12 @@ package service
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // RunHistory reads a host's earlier runs from Temporal's visibility store. It is asked only when a
@@ -18,11 +19,10 @@ type RunHistory struct {
 
 // CompletedAfter finds a run of workflowID, other than excludeRunID, that completed after t.
 func (r RunHistory) CompletedAfter(ctx context.Context, workflowID, excludeRunID string, after time.Time) (time.Time, bool, error) {
-	if strings.ContainsAny(workflowID, `'"\`) {
-		return time.Time{}, false, fmt.Errorf("workflow ID %q cannot be quoted in a visibility query", workflowID)
+	q, err := workflows.CompletedAfterQuery(workflowID, after)
+	if err != nil {
+		return time.Time{}, false, err
 	}
-	q := fmt.Sprintf("WorkflowId = '%s' AND ExecutionStatus = 'Completed' AND CloseTime > '%s'",
-		workflowID, after.UTC().Format(time.RFC3339Nano))
 	resp, err := r.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 10})
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("listing runs of %s: %w", workflowID, err)

@@ -27,7 +27,6 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/codec"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -101,24 +100,6 @@ func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, e
 	return codec.DataConverter(c), c, nil
 }
 
-// DialTemporal connects to the configured Temporal frontend.
-func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
-	dc, _, err := DataConverter(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:      cfg.Temporal.Address,
-		Namespace:     cfg.Temporal.Namespace,
-		Logger:        logging.NewTemporal(log.Named("temporal")),
-		DataConverter: dc,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
-	}
-	return c, nil
-}
-
 // DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
 // rpc_timeout, a helper helper_timeout; both default to 10 s).
 const DrainTimeout = 20 * time.Second
@@ -158,6 +139,9 @@ type Service struct {
 	discoverer     *discovery.Discoverer
 }
 
+// Registry is where the service's series are collected (served on /metrics).
+func (s *Service) Registry() *prometheus.Registry { return s.opts.Registry }
+
 // Sweep runs a discovery sweep now (operators and tests; Run sweeps every interval anyway).
 func (s *Service) Sweep(ctx context.Context) (int, error) {
 	if s.discoverer == nil {
@@ -186,6 +170,8 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 			Upgrades: cfg.Features.Upgrades, UpgradesOptional: cfg.UpgradesOptional},
 		DeferDelay:      cfg.DeferDelayDuration,
 		LocalReads:      cfg.Temporal.LocalActivities,
+		Fast:            cfg.Temporal.FastMode,
+		Version:         workflows.CurrentVersion,
 		HelperTaskQueue: cfg.HelperTaskQueue(),
 	}
 }
@@ -223,7 +209,13 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if err != nil {
 		return err
 	}
-	tc, err := DialTemporal(ctx, s.cfg, s.log)
+	// the SDK's own signals (schedule-to-start, slots, pollers) beside ours on /metrics
+	mh, stopMetrics, err := metrics.TemporalHandler(s.opts.Registry, s.log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	tc, err := dialTemporal(ctx, s.cfg, s.log, mh)
 	if err != nil {
 		return err
 	}
@@ -235,13 +227,14 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		if s.opts.WorkerOptions != nil {
 			wo = *s.opts.WorkerOptions
 		}
+		wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		acts := activities.New(rpcFw, s.cfg, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
-		w.RegisterActivity(acts)
+		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
+		acts.Register(w)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
 		}
@@ -252,7 +245,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			// whatever the number of workers polling it: the limit holds fleet-wide
 			hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout, TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit,
 				MaxConcurrentActivityExecutionSize: wo.MaxConcurrentActivityExecutionSize})
-			hw.RegisterActivity(acts)
+			acts.Register(hw)
 			if err := hw.Start(); err != nil {
 				return fmt.Errorf("starting the helper worker: %w", err)
 			}
@@ -266,7 +259,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			Component: s.cfg.LifecycleComponent,
 			TaskQueue: s.cfg.Temporal.TaskQueue,
 			Input:     WorkflowInput(s.cfg),
-			Pause:     NewPauseState(tc, s.cfg.Temporal.TaskQueue, PauseCacheTTL),
+			Pause:     workflows.NewControlClient(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
 			Version:   s.opts.Version,
 		}, s.Metrics, s.log.Named("discovery"))
 		s.discoverer = d
@@ -291,7 +284,9 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 // fleetGauges keeps work_queue_entries (running host workflows) and waiting_nodes (deferred
 // ones) from Temporal's visibility, where the Choria Provisioner read them from its queue.
 func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
-	base := fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s' AND ExecutionStatus = 'Running'", workflows.WorkflowName, s.cfg.Temporal.TaskQueue)
+	running := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
+	deferred := running
+	deferred.Outcome = workflows.OutcomeDeferred
 	count := func(q string) (float64, bool) {
 		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
 		if err != nil {
@@ -302,10 +297,10 @@ func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
-		if n, ok := count(base); ok {
+		if n, ok := count(running.String()); ok {
 			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
 		}
-		if n, ok := count(base + fmt.Sprintf(" AND %s = '%s'", workflows.OutcomeKey.GetName(), workflows.OutcomeDeferred)); ok {
+		if n, ok := count(deferred.String()); ok {
 			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(n)
 		}
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -12,6 +13,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/choria-temporal/provisioner/workflows"
@@ -36,6 +39,11 @@ func Setup(ctx context.Context, c client.Client, namespace string, retention tim
 		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: attrs})
 		var exists *serviceerror.AlreadyExists
 		if err != nil && !errors.As(err, &exists) {
+			if refusedOperation(err) {
+				return fmt.Errorf("registering search attributes: the frontend does not let this client add them (on Temporal Cloud only the Cloud control plane does): "+
+					"add them with `%s`, or in the Cloud UI (Namespace, Search Attributes, all of type Keyword), then run setup again to check: %w",
+					tcldAddCommand(namespace, attrs), err)
+			}
 			return fmt.Errorf("registering search attributes: %w", err)
 		}
 	}
@@ -45,8 +53,34 @@ func Setup(ctx context.Context, c client.Client, namespace string, retention tim
 			Config:    &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(retention)},
 		})
 		if err != nil {
+			if refusedOperation(err) {
+				return fmt.Errorf("setting retention on namespace %s: refused (on Temporal Cloud: tcld namespace retention set --namespace %s --retention-days N, or the Cloud UI; run setup without --retention): %w",
+					namespace, namespace, err)
+			}
 			return fmt.Errorf("setting retention on namespace %s: %w", namespace, err)
 		}
 	}
 	return nil
+}
+
+// refusedOperation says the frontend will not do this for this client (Temporal Cloud refuses
+// namespace administration through the operator and namespace APIs to namespace API keys).
+func refusedOperation(err error) bool {
+	var denied *serviceerror.PermissionDenied
+	var unimplemented *serviceerror.Unimplemented
+	return errors.As(err, &denied) || errors.As(err, &unimplemented) || status.Code(err) == codes.Unauthenticated
+}
+
+// tcldAddCommand is the tcld command line that adds the missing search attributes on Temporal Cloud.
+func tcldAddCommand(namespace string, attrs map[string]enumspb.IndexedValueType) string {
+	names := make([]string, 0, len(attrs))
+	for n := range attrs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	cmd := "tcld namespace search-attributes add --namespace " + namespace
+	for _, n := range names {
+		cmd += " --search-attribute " + n + "=Keyword"
+	}
+	return cmd
 }

@@ -24,12 +24,12 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/internal/dev/procstat"
-	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -46,26 +46,52 @@ type Scenario struct {
 	DevArgs []string
 	// Timeout bounds the run.
 	Timeout time.Duration
+	// CompareWith names the scenario whose baseline and original runs this one is compared with
+	// (a mode of this build that older builds and the Choria Provisioner do not have).
+	CompareWith string
 }
 
-// Scenarios are the issue's: 1,000 and 10,000 hosts at once, 5 arrivals/s for 5 minutes, 5 %
-// of hosts failing transiently for 5 s, and the local-activity switch on 1,000 hosts.
+// Scenarios: 500 hosts at once (the comparison with an older build and the Choria Provisioner),
+// 1,000, 10,000 and 50,000 (by hand) at once, 5 arrivals/s for 5 minutes, 5 % of hosts failing
+// transiently for 5 s, and the local-activity switch.
 var Scenarios = []Scenario{
+	{Name: "burst-500", Hosts: 500, Timeout: 15 * time.Minute},
+	{Name: "burst-500-local", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
+	// fast mode (temporal.fast_mode), which older builds do not have: compared with their burst-500
+	{Name: "burst-500-fast", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-1000", Hosts: 1000, Timeout: 15 * time.Minute},
 	{Name: "burst-1000-local", Hosts: 1000, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
 	{Name: "steady-5", Hosts: 1500, Rate: 5, Timeout: 15 * time.Minute},
+	// the same rate for 2 minutes: the comparison with an older build and the Choria Provisioner
+	{Name: "steady-5-short", Hosts: 600, Rate: 5, Timeout: 10 * time.Minute},
 	{Name: "flaky-5pct", Hosts: 1000, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
 	// the same failures at a steady 5 arrivals/s: recovery without a burst's queueing
 	{Name: "flaky-5pct-steady", Hosts: 1000, Rate: 5, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
 	{Name: "burst-10000", Hosts: 10000, Timeout: 90 * time.Minute},
+	// not in the default set: ~20 minutes of a whole machine (make bench BENCH_SCENARIOS=burst-50000)
+	{Name: "burst-50000", Hosts: 50000, Timeout: 4 * time.Hour},
+}
+
+// Kinds of provisioner a run measures.
+const (
+	KindOurs     = "ours"     // this project's `run`: this build or an older one (--baseline-bin)
+	KindOriginal = "original" // the Choria Provisioner (--original-bin): its own YAML, no Temporal
+)
+
+// Target is the provisioner one run measures.
+type Target struct {
+	Kind  string
+	Bin   string // the binary whose `run` is measured (default for ours: choria-provisioner beside Self)
+	Label string // the run's variant in the results
+	// Workers is the Choria Provisioner's `workers` (0: its default, the number of CPUs).
+	Workers int
 }
 
 // Options configure a benchmark run.
 type Options struct {
-	Self           string // this binary: dev stack, fleet-sim
-	ProvisionerBin string // the binary whose `run` is measured (default: choria-provisioner beside Self): before/after comparisons
-	Dir            string
-	Log            io.Writer
+	Self string // this binary: dev stack, fleet-sim
+	Dir  string
+	Log  io.Writer
 }
 
 // Result is one scenario's measurements.
@@ -90,12 +116,21 @@ type Result struct {
 	BrokerCPUMsPerHost      float64 `json:"broker_cpu_ms_per_host"`
 	SimulatorCPUMsPerHost   float64 `json:"simulator_cpu_ms_per_host"`
 	ProvisionerPeakRSSMiB   float64 `json:"provisioner_peak_rss_mib"`
+	BrokerPeakRSSMiB        float64 `json:"broker_peak_rss_mib,omitempty"`
 	TemporalPeakRSSMiB      float64 `json:"temporal_peak_rss_mib"`
 	SimulatorPeakRSSMiB     float64 `json:"simulator_peak_rss_mib"`
 
 	HistoryEventsPerHost float64 `json:"history_events_per_host"`
 	RunsPerHost          float64 `json:"runs_per_host"`
-	Machine              string  `json:"machine"`
+
+	// From the Temporal SDK's metrics on the provisioner's /metrics at the end of the run.
+	ActivityScheduleToStartMs     *Latency `json:"activity_schedule_to_start_ms,omitempty"`
+	WorkflowTaskScheduleToStartMs *Latency `json:"workflow_task_schedule_to_start_ms,omitempty"`
+
+	Kind    string  `json:"kind,omitempty"`
+	Workers int     `json:"workers,omitempty"`
+	Load    float64 `json:"load_before,omitempty"` // the machine's 1-minute load average as the run began
+	Machine string  `json:"machine"`
 }
 
 // Percentiles of a latency distribution, in milliseconds.
@@ -119,12 +154,19 @@ func percentiles(d []time.Duration) Percentiles {
 	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: at(1)}
 }
 
-// Run runs one scenario.
-func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, error) {
-	if o.ProvisionerBin == "" {
-		o.ProvisionerBin = filepath.Join(filepath.Dir(o.Self), "choria-provisioner")
+// Run runs one scenario against one provisioner.
+func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error) {
+	if tg.Kind == "" {
+		tg.Kind = KindOurs
 	}
+	if tg.Bin == "" {
+		tg.Bin = filepath.Join(filepath.Dir(o.Self), "choria-provisioner")
+	}
+	variant := tg.Label
 	dir := filepath.Join(o.Dir, sc.Name)
+	if variant != "" {
+		dir = filepath.Join(o.Dir, sc.Name+"-"+nonWord(variant))
+	}
 	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -159,13 +201,33 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		return nil, err
 	}
 
-	prov, err := start(ctx, filepath.Join(dir, "provisioner.out"), append([]string{"PROVISIONER_MONITOR_PPROF=true"}, sc.Env...), o.ProvisionerBin, "run", "--config", conf)
-	if err != nil {
-		return nil, err
-	}
-	defer stop(prov)
-	if err := waitFor(ctx, 60*time.Second, func() bool { return fileContains(filepath.Join(dir, "provisioner.log"), "worker polling") }); err != nil {
-		logf("provisioner log did not say it polls; going on (%v)", err)
+	load := loadAverage()
+	var prov *exec.Cmd
+	if tg.Kind == KindOriginal {
+		// the Choria Provisioner reads the same YAML keys and ignores the ones it does not know
+		// (temporal, choria_config, ...); its Choria client configuration is a flag
+		oconf := filepath.Join(dir, "original.yaml")
+		if err := writeOriginalConfig(conf, oconf, tg.Workers); err != nil {
+			return nil, err
+		}
+		// go-choria's client security names the caller after $USER, and refuses to start without it
+		prov, err = start(ctx, filepath.Join(dir, "provisioner.out"), []string{"USER=choria-provisioner"}, tg.Bin, "run", "--config", oconf, "--choria-config", filepath.Join(dir, "client.conf"))
+		if err != nil {
+			return nil, err
+		}
+		defer stop(prov)
+		if err := waitFor(ctx, 60*time.Second, func() bool { return fileContains(filepath.Join(dir, "provisioner.log"), "Choria Provisioner starting") }); err != nil {
+			logf("the Choria Provisioner's log did not say it started; going on (%v)", err)
+		}
+	} else {
+		prov, err = start(ctx, filepath.Join(dir, "provisioner.out"), append([]string{"PROVISIONER_MONITOR_PPROF=true"}, sc.Env...), tg.Bin, "run", "--config", conf)
+		if err != nil {
+			return nil, err
+		}
+		defer stop(prov)
+		if err := waitFor(ctx, 60*time.Second, func() bool { return fileContains(filepath.Join(dir, "provisioner.log"), "worker polling") }); err != nil {
+			logf("provisioner log did not say it polls; going on (%v)", err)
+		}
 	}
 	time.Sleep(2 * time.Second) // the first discovery sweep (empty) is over
 
@@ -181,12 +243,19 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 	}
 	defer stop(sim)
 	// a CPU profile of the provisioner while it is busy, to say what bounds it
-	go func() {
-		time.Sleep(10 * time.Second)
-		if err := profile(ports[1], filepath.Join(dir, "provisioner.pprof"), 20); err != nil {
-			logf("no CPU profile: %v", err)
-		}
-	}()
+	// (from 3 s on, for 15 s, and the run waits for it: a 500-host burst is over in ~25 s)
+	profiled := make(chan struct{})
+	if tg.Kind == KindOurs {
+		go func() {
+			defer close(profiled)
+			time.Sleep(3 * time.Second)
+			if err := profile(ports[1], filepath.Join(dir, "provisioner.pprof"), 15); err != nil {
+				logf("no CPU profile: %v", err)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
 
 	var st fleetsim.Status
 	deadline := time.Now().Add(sc.Timeout)
@@ -202,14 +271,23 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 		if rest == sc.Hosts || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", prov.Process.Pid)); err != nil {
+			return nil, fmt.Errorf("the provisioner exited (see %s/provisioner.out)", dir)
+		}
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err() // interrupted: no half-measured result
 	}
 	end := time.Now()
 	c1 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "sim": procstat.CPU(sim.Process.Pid)}
+	// the CPU is read: now the profile may finish
+	select {
+	case <-profiled:
+	case <-time.After(30 * time.Second):
+	}
 
-	res := &Result{Scenario: sc.Name, Variant: variant, Hosts: sc.Hosts, ArrivalRate: sc.Rate, Machine: machine()}
+	res := &Result{Scenario: sc.Name, Variant: variant, Hosts: sc.Hosts, ArrivalRate: sc.Rate, Machine: machine(),
+		Kind: tg.Kind, Workers: tg.Workers, Load: load}
 	var toConf, toRest, recovery []time.Duration
 	var lastConf time.Time
 	for _, h := range st.Hosts {
@@ -253,16 +331,28 @@ func Run(ctx context.Context, o Options, sc Scenario, variant string) (*Result, 
 	res.ProvisionerPeakRSSMiB = round(procstat.PeakRSSMiB(prov.Process.Pid), 0)
 	res.TemporalPeakRSSMiB = round(procstat.PeakRSSMiB(temporalPID), 0)
 	res.SimulatorPeakRSSMiB = round(procstat.PeakRSSMiB(sim.Process.Pid), 0)
+	res.BrokerPeakRSSMiB = round(procstat.PeakRSSMiB(dev.Process.Pid), 0)
 
-	if err := historyStats(ctx, fmt.Sprintf("127.0.0.1:%d", tport), res); err != nil {
-		logf("history statistics: %v", err)
+	if tg.Kind == KindOurs {
+		if err := sdkLatencies(ports[1], res); err != nil {
+			logf("Temporal SDK metrics: %v", err)
+		}
+		if err := historyStats(ctx, conf, res); err != nil {
+			logf("history statistics: %v", err)
+		}
 	}
 	return res, nil
 }
 
 // historyStats counts runs per host over every run, and history events per host over a sample.
-func historyStats(ctx context.Context, address string, res *Result) error {
-	c, err := client.Dial(client.Options{HostPort: address, Logger: logging.NewTemporal(zap.NewNop())})
+// It reaches Temporal as the measured provisioner does: the temporal section of its
+// configuration file conf (address, namespace, TLS, API key).
+func historyStats(ctx context.Context, conf string, res *Result) error {
+	cfg, err := config.LoadForOperator(conf)
+	if err != nil {
+		return err
+	}
+	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
 	if err != nil {
 		return err
 	}
@@ -463,6 +553,46 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// writeOriginalConfig writes the Choria Provisioner's configuration: this site's YAML, whose
+// Choria Provisioner keys it reads as they are, and its workers.
+func writeOriginalConfig(from, to string, workers int) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "workers:") {
+			continue
+		}
+		out = append(out, line)
+	}
+	if workers > 0 {
+		out = append(out, fmt.Sprintf("workers: %d", workers))
+	}
+	return os.WriteFile(to, []byte(strings.Join(out, "\n")+"\n"), 0o600)
+}
+
+func nonWord(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// loadAverage is the machine's 1-minute load average.
+func loadAverage() float64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 func round(v float64, digits int) float64 {

@@ -2,7 +2,6 @@ package devstack
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -123,31 +122,7 @@ func writePEM(file, typ string, der []byte, mode os.FileMode) error {
 
 // NewTestCA makes a self-signed ECDSA CA and writes it to certFile and keyFile.
 func NewTestCA(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Choria Provisioner Test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, nil, err
-	}
-	kd, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := writePEM(certFile, "CERTIFICATE", der, 0o644); err != nil {
-		return nil, nil, err
-	}
-	return ca, key, writePEM(keyFile, "PRIVATE KEY", kd, 0o600)
+	return newNamedCA("Choria Provisioner Test CA", certFile, keyFile)
 }
 
 // SignLeaf issues a client and server certificate for cn (also its DNS name, plus localhost and

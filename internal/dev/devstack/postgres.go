@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -24,9 +23,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -236,6 +236,11 @@ type SQLTemporalOptions struct {
 	Retention     time.Duration
 	HistoryShards int // default 4
 	Output        io.Writer
+	// TLS, when set, makes the frontend and the connections between the services require
+	// mutual TLS with these certificates (CreateTemporalTLS).
+	TLS *TemporalTLS
+	// NoSearchAttributes leaves the provisioner's search attributes to `choria-provisioner setup`.
+	NoSearchAttributes bool
 }
 
 // SQLTemporal is a Temporal server on a throwaway PostgreSQL cluster: frontend, history,
@@ -244,9 +249,13 @@ type SQLTemporal struct {
 	Opts     SQLTemporalOptions
 	Postgres *Postgres
 	Address  string // frontend host:port
-	cmd      *exec.Cmd
-	done     chan error
-	log      *os.File
+	// Listeners are the services' gRPC addresses and the frontend's HTTP API: frontend,
+	// frontend-http, history, matching (the worker service serves no gRPC; membership ports
+	// are not included).
+	Listeners map[string]string
+	cmd       *exec.Cmd
+	done      chan error
+	log       *os.File
 }
 
 // FindTool looks for a binary built into .bin/ (see FindTemporalBinary) by name.
@@ -308,14 +317,14 @@ func StartSQLTemporal(ctx context.Context, o SQLTemporalOptions) (*SQLTemporal, 
 		}
 	}
 
-	cfg, frontend, err := sqlTemporalConfig(pg, o.HistoryShards)
+	cfg, listeners, err := sqlTemporalConfig(pg, o.HistoryShards, o.TLS)
 	if err != nil {
 		return fail(err)
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "config", "temporal.yaml"), []byte(cfg), 0o600); err != nil {
 		return fail(err)
 	}
-	s.Address = frontend
+	s.Address, s.Listeners = listeners["frontend"], listeners
 	if err := s.start(ctx); err != nil {
 		return fail(err)
 	}
@@ -400,16 +409,24 @@ func freeSmallPort() (int, error) {
 
 // sqlTemporalConfig is the server's static configuration: PostgreSQL for both stores, every
 // service bound to 127.0.0.1 on free ports, no metrics or pprof listener, archival off.
-func sqlTemporalConfig(pg *Postgres, shards int) (string, string, error) {
+func sqlTemporalConfig(pg *Postgres, shards int, tlsFiles *TemporalTLS) (string, map[string]string, error) {
 	ports := make([]int, 9)
 	for i := range ports {
 		p, err := freeSmallPort()
 		if err != nil {
-			return "", "", err
+			return "", nil, err
 		}
 		ports[i] = p
 	}
+	serverTLS := ""
+	if tlsFiles != nil {
+		serverTLS = tlsFiles.ServerConfig()
+	}
 	frontend := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	listeners := map[string]string{"frontend": frontend}
+	for name, i := range map[string]int{"frontend-http": 2, "history": 3, "matching": 5} {
+		listeners[name] = fmt.Sprintf("127.0.0.1:%d", ports[i])
+	}
 	store := func(db string, conns int) string {
 		return fmt.Sprintf(`      sql:
         pluginName: postgres12
@@ -438,7 +455,7 @@ persistence:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: 127.0.0.1
-services:
+%sservices:
   frontend:
     rpc: {grpcPort: %d, membershipPort: %d, httpPort: %d, bindOnLocalHost: true}
   history:
@@ -460,8 +477,8 @@ clusterMetadata:
       rpcAddress: %q
 dcRedirectionPolicy:
   policy: noop
-`, shards, store("temporal", 20), store("temporal_visibility", 10),
-		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6], ports[7], ports[8], frontend), frontend, nil
+`, shards, store("temporal", 20), store("temporal_visibility", 10), serverTLS,
+		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6], ports[7], ports[8], frontend), listeners, nil
 }
 
 // setupNamespace registers the namespace (a real server has only temporal-system), then the
@@ -487,8 +504,10 @@ func (s *SQLTemporal) setupNamespace(ctx context.Context) error {
 			}
 		}
 	}
+	cfg := s.ClientConfig()
+	cfg.Temporal.Plaintext = true // registers a namespace, carries no payloads
 	if err := retry("connecting to temporal-server", func() error {
-		c, err = client.Dial(client.Options{HostPort: s.Address, Namespace: s.Opts.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+		c, err = service.DialTemporal(ctx, cfg, zap.NewNop())
 		return err
 	}); err != nil {
 		return err
@@ -509,20 +528,50 @@ func (s *SQLTemporal) setupNamespace(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if s.Opts.NoSearchAttributes {
+		// `setup` comes next: wait until the frontend knows the namespace
+		return retry("listing workflows in the new namespace", func() error {
+			_, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.Opts.Namespace})
+			return err
+		})
+	}
 	if err := retry("registering search attributes", func() error {
 		return service.Setup(ctx, c, s.Opts.Namespace, 0)
 	}); err != nil {
 		return err
 	}
+	return s.WaitSearchAttributes(ctx, c)
+}
+
+// WaitSearchAttributes waits until a visibility query on the provisioner's search attributes
+// answers: registered attributes take a few seconds to reach every service's cache.
+func (s *SQLTemporal) WaitSearchAttributes(ctx context.Context, c client.Client) error {
 	var conds []string
 	for _, n := range workflows.SearchAttributeNames() {
 		conds = append(conds, n+" = 'x'")
 	}
-	return retry("a visibility query on the search attributes", func() error {
+	for {
 		_, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: s.Opts.Namespace, Query: strings.Join(conds, " AND ")})
-		return err
-	})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("a visibility query on the search attributes on %s: %w", s.Address, err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// ClientConfig is the temporal section a client of this server needs: its address, namespace
+// and, with TLS, the CA, the provisioner's client certificate and the frontend's name.
+func (s *SQLTemporal) ClientConfig() *config.Config {
+	cfg := &config.Config{Temporal: config.Temporal{Address: s.Address, Namespace: s.Opts.Namespace, TaskQueue: "choria-provisioner"}}
+	if s.Opts.TLS != nil {
+		cfg.Temporal.TLS = s.Opts.TLS.Client()
+	}
+	return cfg
 }
 
 // PID is the postmaster's process ID (its backends share its process group).

@@ -4,23 +4,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
 )
 
 // SiteOptions describe where a provisioner finds its broker and Temporal.
 type SiteOptions struct {
-	Dir             string
-	BrokerURL       string
-	TemporalAddress string
-	TaskQueue       string
-	Helper          string
-	Interval        string
-	DeferDelay      string
-	LogLevel        string
-	LogFile         string
-	MonitorPort     int
-	MonitorAddress  string
+	Dir               string
+	BrokerURL         string
+	TemporalAddress   string
+	TemporalNamespace string // default "default"
+	TaskQueue         string
+	Helper            string
+	Interval          string
+	DeferDelay        string
+	LogLevel          string
+	LogFile           string
+	MonitorPort       int
+	MonitorAddress    string
+	// TemporalTLS and TemporalAPIKeyFile are written as temporal.tls and temporal.api_key_file.
+	TemporalTLS        config.TLS
+	TemporalAPIKeyFile string
 }
 
 // SiteFiles are the provisioner's configuration files for a site.
@@ -50,6 +56,9 @@ func ExampleHelperCommand(self, brokerURL string, c *Credentials) string {
 func WriteSiteFiles(c *Credentials, o SiteOptions) (*SiteFiles, error) {
 	if o.TaskQueue == "" {
 		o.TaskQueue = "choria-provisioner"
+	}
+	if o.TemporalNamespace == "" {
+		o.TemporalNamespace = "default"
 	}
 	if o.Interval == "" {
 		o.Interval = "1m"
@@ -111,15 +120,38 @@ defer_delay: %s
 choria_config: %q
 temporal:
   address: %q
-  namespace: default
+  namespace: %s
   task_queue: %s
   codec_key_file: %q
-`, o.Interval, o.LogLevel, o.LogFile, o.Helper, c.Token, o.MonitorPort, o.MonitorAddress, c.ProvisioningPassword,
-		c.featureKeys(), o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TaskQueue, f.CodecKeyFile)
+%s`, o.Interval, o.LogLevel, o.LogFile, o.Helper, c.Token, o.MonitorPort, o.MonitorAddress, c.ProvisioningPassword,
+		c.featureKeys(), o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TemporalNamespace, o.TaskQueue, f.CodecKeyFile, temporalAuthYAML(o.TemporalTLS, o.TemporalAPIKeyFile))
 	if err := os.WriteFile(f.ConfigFile, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// temporalAuthYAML is the temporal section's tls and api_key_file keys, indented under temporal.
+func temporalAuthYAML(t config.TLS, apiKeyFile string) string {
+	var b strings.Builder
+	if t.On() {
+		b.WriteString("  tls:\n")
+		if t.Enabled {
+			b.WriteString("    enabled: true\n")
+		}
+		for _, kv := range [][2]string{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
+			if kv[1] != "" {
+				fmt.Fprintf(&b, "    %s: %q\n", kv[0], kv[1])
+			}
+		}
+		if t.InsecureSkipVerify {
+			b.WriteString("    insecure_skip_verify: true\n")
+		}
+	}
+	if apiKeyFile != "" {
+		fmt.Fprintf(&b, "  api_key_file: %q\n", apiKeyFile)
+	}
+	return b.String()
 }
 
 // featureKeys are the provisioner's feature and key settings for the network's security mode.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/testsuite"
+
+	"github.com/choria-temporal/provisioner/config"
 )
 
 // StackOptions describe a local provisioning network.
@@ -32,6 +34,11 @@ type StackOptions struct {
 	LogLevel    string
 	// TemporalAddress uses a running Temporal instead of starting one (tests share one server).
 	TemporalAddress string
+	// TemporalNamespace defaults to "default".
+	TemporalNamespace string
+	// TemporalTLS and TemporalAPIKeyFile reach a TemporalAddress that wants TLS or an API key.
+	TemporalTLS        config.TLS
+	TemporalAPIKeyFile string
 	// IdentityPrefix keeps fleets of different tests apart in one Temporal namespace.
 	IdentityPrefix string
 	// TaskQueue defaults to choria-provisioner.
@@ -173,6 +180,7 @@ func (s *Stack) writeProvisionerConfig() error {
 		Dir: s.Opts.Dir, BrokerURL: s.Broker.URL, TemporalAddress: s.TemporalAddress, TaskQueue: s.TaskQueue,
 		Helper: helper, Interval: s.Opts.Interval, DeferDelay: s.Opts.DeferDelay, LogLevel: s.Opts.LogLevel,
 		LogFile: filepath.Join(s.Opts.Dir, "provisioner.log"), MonitorPort: s.Opts.MonitorPort, MonitorAddress: "127.0.0.1",
+		TemporalNamespace: s.Opts.TemporalNamespace, TemporalTLS: s.Opts.TemporalTLS, TemporalAPIKeyFile: s.Opts.TemporalAPIKeyFile,
 	})
 	if err != nil {
 		return err

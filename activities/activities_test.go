@@ -1,0 +1,99 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/choria-io/go-choria/inter"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/metrics"
+)
+
+// The workflow refers to activities by method value, whose name Temporal takes from the method:
+// every registered name must be the method's, or the workflow would schedule an unknown activity.
+func TestRegisteredNamesAreTheMethodNames(t *testing.T) {
+	a := &Activities{}
+	typ := reflect.TypeOf(a)
+	regs := a.registrations()
+	require.Len(t, regs, typ.NumMethod()-1, "every exported method but Register is an activity")
+	for _, r := range regs {
+		fn := runtime.FuncForPC(reflect.ValueOf(r.method).Pointer()).Name()
+		require.True(t, strings.HasSuffix(fn, "."+r.name+"-fm"), "%s is registered as %s", fn, r.name)
+		_, ok := typ.MethodByName(r.name)
+		require.True(t, ok, r.name)
+		require.NotEmpty(t, r.step, r.name)
+	}
+}
+
+// The cross-cutting parts are applied once, at registration: the busy gauge, the attempt on the
+// result and the Temporal form of an error that was not classified where it was made.
+func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	a := &Activities{metrics: m, log: zap.NewNop(), set: Settings{Site: "lab"}}
+	var busyInside float64
+	ok := wrap(a, "Probe", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
+		busyInside = testutil.ToFloat64(m.BusyWorkers.WithLabelValues("lab"))
+		return &InventoryResult{Version: "1"}, nil
+	})
+	bad := wrap(a, "Broken", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
+		return nil, errors.New("publish failed: nats: connection closed")
+	})
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivityWithOptions(ok.wrapped, activity.RegisterOptions{Name: ok.name})
+	env.RegisterActivityWithOptions(bad.wrapped, activity.RegisterOptions{Name: bad.name})
+
+	v, err := env.ExecuteActivity(ok.name, HostInput{Identity: "n1"})
+	require.NoError(t, err)
+	var res InventoryResult
+	require.NoError(t, v.Get(&res))
+	require.Equal(t, int32(1), res.Attempt)
+	require.Equal(t, 1.0, busyInside)
+	require.Equal(t, 0.0, testutil.ToFloat64(m.BusyWorkers.WithLabelValues("lab")))
+
+	_, err = env.ExecuteActivity(bad.name, HostInput{Identity: "n1"})
+	var app *temporal.ApplicationError
+	require.True(t, errors.As(err, &app), "%v", err)
+	require.Equal(t, ErrTypeRPC, app.Type(), "an unclassified failure is ours or the transport's")
+	require.False(t, IsNoReply(err), "nothing defaults to no reply")
+	require.True(t, Retryable(err))
+}
+
+func TestRetryabilityComesFromTheType(t *testing.T) {
+	for _, typ := range NonRetryableErrorTypes() {
+		require.False(t, Retryable(NewError(typ, "x", nil)), typ)
+	}
+	for _, typ := range []string{ErrTypeRPC, ErrTypeNoReply, ErrTypeLocked, ErrTypeAborted, ErrTypeBadReply, ErrTypeHelper} {
+		require.True(t, Retryable(NewError(typ, "x", nil)), typ)
+	}
+}
+
+// With the broker connection down, silence is not the host's: the error says so and is not
+// NoReply (the workflow would take a shutdown step's NoReply for the server exiting).
+func TestNoReplyOnlyWhenTheRequestCouldLeave(t *testing.T) {
+	up := &Activities{set: Settings{RPCTimeout: 1}, fw: &fakeConn{up: true}}
+	down := &Activities{set: Settings{RPCTimeout: 1}, fw: &fakeConn{up: false}}
+	require.True(t, IsNoReply(up.one("n1", "choria_provision#shutdown", nil)))
+	err := down.one("n1", "choria_provision#shutdown", nil)
+	require.False(t, IsNoReply(err))
+	require.Contains(t, err.Error(), "broker connection is down")
+}
+
+type fakeConn struct {
+	inter.Framework
+	up bool
+}
+
+func (f *fakeConn) Connected() bool { return f.up }

@@ -1,0 +1,48 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Configure sends the configuration with choria_provision#configure.
+func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*MessageResult, error) {
+	cj, err := json.Marshal(in.Configuration)
+	if err != nil {
+		return nil, NewError(ErrTypeConfig, err.Error(), err)
+	}
+	var key, keyECDH string
+	if in.Key != "" {
+		// a fresh provisioner ECDH pair per attempt: the server's half changes with every jwt call
+		if key, keyECDH, err = EncryptKeyForServer(in.Key, in.ECDHPublic); err != nil {
+			return nil, NewError(ErrTypeConfig, err.Error(), err)
+		}
+	}
+	args := map[string]any{"config": string(cj), "token": a.set.Token}
+	if in.Certificate != "" {
+		args["certificate"] = in.Certificate
+	}
+	if in.CA != "" {
+		args["ca"] = in.CA
+	}
+	if in.SSLDir != "" {
+		args["ssldir"] = in.SSLDir
+	}
+	if key != "" {
+		args["key"], args["ecdh_public"] = key, keyECDH
+	}
+	if in.ServerJWT != "" {
+		args["server_jwt"] = in.ServerJWT
+	}
+	if len(in.ActionPolicies) > 0 {
+		args["action_policies"] = anyMap(in.ActionPolicies)
+	}
+	if len(in.OPAPolicies) > 0 {
+		args["opa_policies"] = anyMap(in.OPAPolicies)
+	}
+	r, err := a.provision(ctx, in.Identity, "configure", args)
+	if err != nil {
+		return nil, err
+	}
+	return message(r), nil
+}

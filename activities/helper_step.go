@@ -1,0 +1,42 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// maxConfigurationJSON is the most the configure action accepts.
+const maxConfigurationJSON = 2048
+
+// RunHelper runs the site helper for one host.
+func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (*HelperOutput, error) {
+	input := req.Input
+	if input.JWT != nil && req.HadToken {
+		claims := *input.JWT
+		claims.Token = a.set.Token
+		input.JWT = &claims
+	}
+	start := time.Now()
+	out, err := a.helper.Run(ctx, input)
+	a.metrics.HelperTime.WithLabelValues(a.set.Site).Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.metrics.HelperErrors.WithLabelValues(a.set.Site).Inc()
+		return nil, NewError(ErrTypeHelper, err.Error(), err)
+	}
+	if out.Shutdown {
+		a.metrics.ShutdownRequests.WithLabelValues(a.set.Site).Inc()
+	}
+	if !out.Defer && !out.Shutdown {
+		if len(out.Configuration) == 0 {
+			a.metrics.HelperErrors.WithLabelValues(a.set.Site).Inc()
+			return nil, NewError(ErrTypeHelper, "helper returned no configuration and did not defer or shut down", nil)
+		}
+		cj, _ := json.Marshal(out.Configuration)
+		if len(cj) > maxConfigurationJSON {
+			return nil, NewError(ErrTypeConfig, fmt.Sprintf("helper configuration is %d bytes of JSON; the configure action accepts at most %d", len(cj), maxConfigurationJSON), nil)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,21 @@
+package activities
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+)
+
+// SignServerJWT makes the host's server JWT (ed25519 feature).
+func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (string, error) {
+	s, err := a.signer.Sign(in)
+	if err != nil {
+		return "", NewError(ErrTypeSigning, err.Error(), err)
+	}
+	if !s.CappedAt.IsZero() {
+		// the Choria Provisioner signs these too (the broker accepts them): say so once per host
+		a.logger(ctx, in.Identity, StepSign).Warn("server JWT expiry capped at jwt_signing_token's expiry",
+			zap.Time("asked_expiry", s.Asked.UTC()), zap.Time("expiry", s.CappedAt.UTC()))
+	}
+	return s.JWT, nil
+}

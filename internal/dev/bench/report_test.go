@@ -1,0 +1,37 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestQuantileInterpolatesWithinTheBucket(t *testing.T) {
+	bounds := []float64{0.01, 0.1, 1, math.Inf(1)}
+	// 10 observations under 10 ms, 80 between 10 and 100 ms, 10 between 100 ms and 1 s
+	cum := map[float64]uint64{0.01: 10, 0.1: 90, 1: 100, math.Inf(1): 100}
+	require.InDelta(t, 0.01+0.09*40.0/80, quantile(0.5, 100, bounds, cum), 1e-9)
+	require.InDelta(t, 0.1+0.9*5.0/10, quantile(0.95, 100, bounds, cum), 1e-9)
+	// beyond the last finite bound: the bound is all the histogram says
+	cum = map[float64]uint64{0.01: 10, 0.1: 90, 1: 90, math.Inf(1): 100}
+	require.Equal(t, 1.0, quantile(0.95, 100, bounds, cum))
+}
+
+func TestRatiosAgainstBaselineAndOriginal(t *testing.T) {
+	ours := &Result{Scenario: "burst-500", Hosts: 500, Configured: 500, HostsPerSecond: 20, ProvisionerCPUMsPerHost: 15, TemporalCPUMsPerHost: 50, Kind: KindOurs}
+	base := &Result{Scenario: "burst-500", Variant: "30d576c", Hosts: 500, Configured: 500, HostsPerSecond: 10, ProvisionerCPUMsPerHost: 40, TemporalCPUMsPerHost: 100, Kind: KindOurs}
+	orig := &Result{Scenario: "burst-500", Variant: "Choria Provisioner", Hosts: 500, Configured: 500, HostsPerSecond: 25, ProvisionerCPUMsPerHost: 30, Kind: KindOriginal}
+	r, ok := Ratio("provisioner CPU/host", ours, base)
+	require.True(t, ok)
+	require.InDelta(t, 0.375, r, 1e-9)
+	r, ok = Ratio("hosts/s", ours, orig)
+	require.True(t, ok)
+	require.InDelta(t, 0.8, r, 1e-9)
+	_, ok = Ratio("Temporal CPU/host", ours, orig)
+	require.False(t, ok, "the Choria Provisioner has no Temporal")
+	table := Ratios([]Comparison{{Scenario: "burst-500", Ours: ours, Baseline: base, Original: orig}})
+	require.Contains(t, table, "| provisioner CPU/host | 15.0 ms | 40.0 ms | **0.38×** | 30.0 ms | **0.50×** |")
+	require.True(t, strings.Contains(table, "| Temporal CPU/host | 50.0 ms | 100.0 ms | **0.50×** | – | – |"), table)
+}

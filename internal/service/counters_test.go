@@ -1,0 +1,122 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// helperScript fails its first failures runs (every run when failures < 0), then configures.
+func helperScript(t *testing.T, failures int) []string {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "helper.sh")
+	body := fmt.Sprintf(`#!/bin/sh
+cat >/dev/null
+n=$(cat %[1]s/runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > %[1]s/runs
+if [ %[2]d -lt 0 ] || [ $n -le %[2]d ]; then echo "CA is down" >&2; exit 1; fi
+echo '{"defer": false, "msg": "ok", "configuration": {"plugin.choria.server.provision": "false"}}'
+`, dir, failures)
+	require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+	return []string{"sh", script}
+}
+
+// provisionOnce runs one host's workflow to its end with the real helper activity, the real
+// provision_errors interceptor and stand-ins for the RPCs.
+func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []string) error {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{ProvisionErrors(m)}})
+	env.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	acts := activities.New(nil, activities.Settings{Site: m.Site, HelperCommand: helper, HelperTimeout: 10 * time.Second}, m, log)
+	// the helper as the worker registers it (with the shared finish), the RPCs stood in for
+	acts.Register(only{env, activities.RunHelperName})
+	env.RegisterActivityWithOptions(func(context.Context, activities.HostInput) (*activities.InventoryResult, error) {
+		return &activities.InventoryResult{Inventory: "{}", Version: "0.30.2"}, nil
+	}, activity.RegisterOptions{Name: activities.InventoryName})
+	env.RegisterActivityWithOptions(func(context.Context, activities.ConfigureInput) (*activities.MessageResult, error) {
+		return &activities.MessageResult{Message: "configured"}, nil
+	}, activity.RegisterOptions{Name: activities.ConfigureName})
+	env.RegisterActivityWithOptions(func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
+		return &activities.MessageResult{Message: "restarting"}, nil
+	}, activity.RegisterOptions{Name: activities.RestartName})
+	env.ExecuteWorkflow(workflows.WorkflowName, workflows.ProvisionInput{Identity: "n1.example", Site: m.Site})
+	require.True(t, env.IsWorkflowCompleted())
+	return env.GetWorkflowError()
+}
+
+// provision_errors counts runs that end failed, once each; helper_errors every failed helper
+// run; "no retries left" is logged at error only on the workflow's last try of the helper.
+func TestProvisionErrorsOncePerFailedRun(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, "dc1")
+	require.NoError(t, err)
+	core, logs := observer.New(zap.DebugLevel)
+	log := zap.New(core)
+	count := func(msg string) int { return logs.FilterMessage(msg).Len() }
+
+	// fails twice, then configures: no provisioning error
+	require.NoError(t, provisionOnce(t, m, log, helperScript(t, 2)))
+	require.Equal(t, 2.0, testutil.ToFloat64(m.HelperErrors.WithLabelValues("dc1")))
+	require.Equal(t, 0.0, testutil.ToFloat64(m.ProvisionErrors.WithLabelValues("dc1")))
+	require.Equal(t, 2, count("step failed, will retry"))
+	require.Equal(t, 0, count("step failed, no retries left"))
+
+	// fails all five tries: one provisioning error, one final error line
+	err = provisionOnce(t, m, log, helperScript(t, -1))
+	require.ErrorContains(t, err, "CA is down")
+	require.Equal(t, 7.0, testutil.ToFloat64(m.HelperErrors.WithLabelValues("dc1")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.ProvisionErrors.WithLabelValues("dc1")))
+	for _, e := range logs.All() {
+		t.Logf("%s %s %v", e.Level, e.Message, e.ContextMap())
+	}
+	require.Equal(t, 2+4, count("step failed, will retry"))
+	final := logs.FilterMessage("step failed, no retries left").All()
+	require.Len(t, final, 1)
+	require.Equal(t, zap.ErrorLevel, final[0].Level)
+	require.Equal(t, uint64(8), helperRuns(t, reg), "every helper run is timed")
+}
+
+func helperRuns(t *testing.T, reg *prometheus.Registry) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "choria_provisioner_helper_time" {
+			return f.GetMetric()[0].GetSummary().GetSampleCount()
+		}
+	}
+	t.Fatal("no helper_time series")
+	return 0
+}
+
+// only registers the one activity named.
+type only struct {
+	env  *testsuite.TestWorkflowEnvironment
+	name string
+}
+
+func (o only) RegisterActivityWithOptions(a any, opts activity.RegisterOptions) {
+	if opts.Name == o.name {
+		o.env.RegisterActivityWithOptions(a, opts)
+	}
+}

@@ -1,0 +1,137 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/choria-temporal/provisioner/activities"
+)
+
+// ErrTypeProvisionFailed is the error type of a host's workflow that ran out of retries or met a
+// policy outcome; its message names the step and the reason.
+const ErrTypeProvisionFailed = "ProvisionFailed"
+
+// stale is true when the very first RPC found the server already out of provisioning mode: the
+// sighting that started this run is older than the server's last restart.
+func (p *provisioner) stale(err error) bool {
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != activities.ErrTypeNotProvisioning {
+		return false
+	}
+	if p.lean() {
+		return p.firstReadsFailed
+	}
+	return p.stepRuns == 1
+}
+
+func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
+	p.status.Defers++
+	p.status.Outcome = OutcomeDeferred
+	p.status.Step = StepDeferred
+	p.status.Message = "deferred by the helper: " + msg
+	p.log.Info("helper deferred the host", "msg", msg, "defers", p.status.Defers)
+
+	if p.status.Defers >= p.in.MaxDefers {
+		return p.fail(ctx, fmt.Errorf("the helper deferred the host %d times, the limit", p.status.Defers))
+	}
+	if err := p.upsert(ctx, StepKey.ValueSet(StepDeferred), OutcomeKey.ValueSet(OutcomeDeferred)); err != nil {
+		return err
+	}
+	if err := workflow.Sleep(ctx, p.in.DeferDelay); err != nil {
+		return err
+	}
+	if p.status.Defers-p.in.Defers >= continueAsNewDefers {
+		next := p.in
+		next.Defers = p.status.Defers
+		next.Source = SourceDiscovery
+		next.SeenAt = time.Time{}
+		return workflow.NewContinueAsNewError(ctx, ProvisionHost, next)
+	}
+	p.status.Outcome = OutcomeRunning
+	return p.upsert(ctx, OutcomeKey.ValueSet(OutcomeRunning))
+}
+
+func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*ProvisionResult, error) {
+	p.status.Outcome = outcome
+	p.status.Step = StepDone
+	p.status.Message = msg
+	if err := p.upsert(ctx, StepKey.ValueSet(StepDone), OutcomeKey.ValueSet(outcome)); err != nil {
+		return nil, err
+	}
+	p.log.Info("host finished", "outcome", outcome)
+	res := &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}
+	if !p.restartedAt.IsZero() {
+		res.RestartedAt, res.RestartSplay = p.restartedAt, p.in.RestartSplay
+	}
+	return res, nil
+}
+
+// fail ends the workflow in the failed state with the reason: the failed step stays in
+// ProvisionStep, and the workflow's failure message says what went wrong.
+func (p *provisioner) fail(ctx workflow.Context, err error) error {
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return err
+	}
+	p.status.Outcome = OutcomeFailed
+	p.status.Message = reason(err)
+	updates := []temporal.SearchAttributeUpdate{OutcomeKey.ValueSet(OutcomeFailed)}
+	if p.transitionsOnly && p.status.Step != "" {
+		updates = append(updates, StepKey.ValueSet(p.status.Step)) // where it failed
+	}
+	if uerr := p.upsert(ctx, updates...); uerr != nil {
+		return uerr
+	}
+	p.log.Error("host failed", "error", p.status.Message)
+	return temporal.NewNonRetryableApplicationError(p.status.Message, ErrTypeProvisionFailed, err)
+}
+
+func (p *provisioner) upsert(ctx workflow.Context, updates ...temporal.SearchAttributeUpdate) error {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, updates...); err != nil {
+		return fmt.Errorf("upserting search attributes: %w", err)
+	}
+	return nil
+}
+
+// failedAttempts reads the attempt count the activity put in its error's details.
+func failedAttempts(err error) int32 {
+	var app *temporal.ApplicationError
+	var n int32
+	if errors.As(err, &app) && app.HasDetails() && app.Details(&n) == nil {
+		return n
+	}
+	return 0
+}
+
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return fmt.Sprintf("step %s: %s", e.step, reason(e.err)) }
+func (e *stepError) Unwrap() error { return e.err }
+
+// reason digs the application error's own message out of Temporal's activity error wrapping,
+// prefixed with the step it failed in.
+func reason(err error) string {
+	var se *stepError
+	if errors.As(err, &se) {
+		return se.Error()
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		if app.Type() != "" {
+			return fmt.Sprintf("%s (%s)", app.Message(), app.Type())
+		}
+		return app.Message()
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "timed out: " + timeout.Error()
+	}
+	return err.Error()
+}

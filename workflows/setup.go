@@ -1,0 +1,64 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/workflow"
+)
+
+// lean is true for runs of VersionLean and later: no GetVersion markers.
+func (p *provisioner) lean() bool { return p.in.Version >= VersionLean }
+
+// setup installs the status query and the signal handlers, and reads which workflow changes
+// this run's history was written with.
+func (p *provisioner) setup(ctx workflow.Context) error {
+	p.log = log.With(workflow.GetLogger(ctx), "identity", p.in.Identity, "site", p.in.Site)
+	p.status = Status{Identity: p.in.Identity, Site: p.in.Site, Outcome: OutcomeRunning, Defers: p.in.Defers, Sightings: 1}
+
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return p.status, nil }); err != nil {
+		return err
+	}
+	p.handleSignals(ctx)
+
+	if p.lean() {
+		p.transitionsOnly, p.localReads, p.fast = true, p.in.LocalReads, p.in.Fast
+	} else {
+		p.transitionsOnly = workflow.GetVersion(ctx, transitionsOnlyChange, workflow.DefaultVersion, 1) >= 1
+		p.localReads = p.in.LocalReads && workflow.GetVersion(ctx, localReadsChange, workflow.DefaultVersion, 1) >= 1
+	}
+	if p.transitionsOnly {
+		// starters set these (StartSearchAttributes); a run started without them still gets them
+		if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(IdentityKey); ok && id == p.in.Identity {
+			return nil
+		}
+	}
+	return p.upsert(ctx, IdentityKey.ValueSet(p.in.Identity), SiteKey.ValueSet(p.in.Site), OutcomeKey.ValueSet(OutcomeRunning))
+}
+
+// handleSignals keeps the pause state and the sightings of the host in the status.
+func (p *provisioner) handleSignals(ctx workflow.Context) {
+	pause := workflow.GetSignalChannel(ctx, PauseSignal)
+	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
+			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = false })
+			sel.Select(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	})
+
+	seen := workflow.GetSignalChannel(ctx, SeenSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var s Sighting
+			if !seen.Receive(ctx, &s) {
+				return
+			}
+			p.status.Sightings++
+			p.status.LastSeen = s.At
+		}
+	})
+}

@@ -1,0 +1,83 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/choria-temporal/provisioner/activities"
+)
+
+// stepSpec is everything the workflow decides about one step. A new step is a row here, a
+// method on activities.Activities, and a call in the sequence (docs/architecture.md).
+type stepSpec struct {
+	activity any                      // the activity, by method value: its name is the method's
+	options  workflow.ActivityOptions // timeouts and the activity's own retries
+	// attempts is how many times the workflow itself runs the activity: more than one for the
+	// helper, so that every failure is its own ActivityTaskFailed event with its reason
+	attempts int
+	// local: may run as a local activity (temporal.local_activities): cheap, and safe to repeat
+	// if a worker dies before the workflow task that records it completes
+	local bool
+	// findable: upserts ProvisionStep when it starts, also in transitions-only runs (a host can
+	// spend minutes in the helper: a slow CMDB or CA)
+	findable bool
+	// rateLimited: runs on the helper task queue when one is configured (helper_rate_limit)
+	rateLimited bool
+	// pure: neither an RPC nor the helper, a computation: a local activity from VersionLean on
+	pure bool
+}
+
+// localScheduleToClose bounds a local step with all its retries (five tries of at most the RPC
+// timeout, with backoff).
+const localScheduleToClose = 3 * time.Minute
+
+// stepTable holds every step's row. Budgets follow the Choria Provisioner's (jwt 3, gen25519 5,
+// inventory 5, configure 5, restart 3, shutdown 3) with more room where a failure is likely
+// transient, and backoff so a flapping host does not spin.
+func stepTable() map[string]stepSpec {
+	var a *activities.Activities // method values name the activities; the worker's are called
+	row := func(activity any, attempts int32, timeout time.Duration) stepSpec {
+		// The heartbeat timeout finds a dead worker's steps fast: activities beat every 2 s once
+		// they have run that long (activities.HeartbeatEvery).
+		return stepSpec{activity: activity, attempts: 1, options: workflow.ActivityOptions{
+			StartToCloseTimeout: timeout, HeartbeatTimeout: 10 * time.Second,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+				MaximumInterval: 10 * time.Second, MaximumAttempts: attempts,
+				NonRetryableErrorTypes: activities.NonRetryableErrorTypes()},
+		}}
+	}
+	local := func(s stepSpec) stepSpec { s.local = true; return s }
+	pure := func(s stepSpec) stepSpec { s.pure = true; return s }
+	helper := row(a.RunHelper, 1, 5*time.Minute) // helper_timeout bounds the helper; this a stuck worker
+	helper.attempts, helper.findable, helper.rateLimited = 5, true, true
+	return map[string]stepSpec{
+		StepJWT:       local(row(a.FetchJWT, 5, time.Minute)),
+		StepGen25519:  local(row(a.Gen25519, 5, time.Minute)),
+		StepInventory: local(row(a.Inventory, 5, time.Minute)),
+		StepGencsr:    row(a.Gencsr, 2, time.Minute), // the Choria Provisioner tried once; a new key per attempt is cheap
+		StepHelper:    helper,
+		StepSign:      pure(local(row(a.SignServerJWT, 2, 30*time.Second))),
+		StepConfigure: row(a.Configure, 5, time.Minute),
+		StepRestart:   row(a.Restart, 3, time.Minute),
+		StepUpgrade:   row(a.ReleaseUpdate, 3, 2*time.Minute), // as the Choria Provisioner
+		StepShutdown:  row(a.Shutdown, 2, time.Minute),        // a host told to shut down is often gone before a third try
+	}
+}
+
+// execute starts one run of the step's activity, local or regular as the run allows.
+func (p *provisioner) execute(ctx workflow.Context, spec stepSpec, arg any) workflow.Future {
+	opts := spec.options
+	rateLimited := spec.rateLimited && p.in.HelperTaskQueue != ""
+	if rateLimited {
+		opts.TaskQueue = p.in.HelperTaskQueue // rate limited across all workers (helper_rate_limit)
+	}
+	// a local activity cannot run on another task queue: a rate-limited helper stays regular
+	if (p.localReads && spec.local) || (p.lean() && spec.pure) || (p.fast && !rateLimited) {
+		lopts := workflow.LocalActivityOptions{StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy,
+			ScheduleToCloseTimeout: max(localScheduleToClose, opts.StartToCloseTimeout)}
+		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), spec.activity, arg)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), spec.activity, arg)
+}
