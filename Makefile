@@ -19,7 +19,7 @@ PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools package run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench clean
+.PHONY: all deps build tools package run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
 
 all: build
 
@@ -114,6 +114,11 @@ BENCH_SCENARIOS ?= burst-500,burst-500-local,steady-5,flaky-5pct,flaky-5pct-stea
 bench: build
 	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS)) \
 		$(if $(BENCH_BASELINE),--baseline-bin $(BENCH_BASELINE)) $(if $(BENCH_ORIGINAL),--original-bin $(BENCH_ORIGINAL)) $(BENCH_ARGS)
+
+## bench-small-fleet: provisioner start to 10 real waiting servers connected, 5 runs (docs/performance.md);
+## BEFORE_BIN=path adds another build of this project, ORIGINAL_BIN=path the Choria Provisioner
+bench-small-fleet: build
+	$(DEV) small-fleet --breakdown --target "this build=$(PROVISIONER)" $(if $(BEFORE_BIN),--target "before=$(BEFORE_BIN)") $(if $(ORIGINAL_BIN),--original "Choria Provisioner=$(ORIGINAL_BIN)")
 
 clean:
 	@scripts/docker-engine.sh stop

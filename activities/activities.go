@@ -26,6 +26,9 @@ type Activities struct {
 	log     *zap.Logger
 	runs    RunHistory
 	caller  rpcCaller
+	// helperSlots bounds the helper runs of this process (workers), whichever task queue
+	// brought them
+	helperSlots chan struct{}
 }
 
 // Option adds an optional dependency to Activities.
@@ -40,6 +43,9 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 		signer:  &ServerJWTSigner{SigningKey: set.JWTSigningKey, SigningToken: set.JWTSigningToken, DefaultValidity: set.ServerJWTValidity},
 		metrics: m,
 		log:     log,
+	}
+	if set.HelperConcurrency > 0 {
+		a.helperSlots = make(chan struct{}, set.HelperConcurrency)
 	}
 	for _, o := range opts {
 		o(a)

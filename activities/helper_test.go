@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/metrics"
 )
 
 func script(t *testing.T, body string) []string {
@@ -107,4 +114,58 @@ func FuzzDecodeHelperOutput(f *testing.F) {
 		}
 		require.NotNil(t, out)
 	})
+}
+
+// workers bounds the helper runs of one process, as it bounded the Choria Provisioner's hosts at
+// work: eight hosts' helpers with workers 2 run two at a time.
+func TestHelperRunsAreBoundedByWorkers(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "runs.log")
+	cmd := script(t, fmt.Sprintf(`cat >/dev/null
+echo "start $(date +%%s%%N)" >> %[1]s
+sleep 0.3
+echo "end $(date +%%s%%N)" >> %[1]s
+echo '{"defer":true,"msg":"later"}'`, log))
+	a := New(nil, Settings{Site: "lab", HelperCommand: cmd, HelperTimeout: 10 * time.Second, HelperConcurrency: 2}, m, zap.NewNop())
+
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, err := a.RunHelper(context.Background(), HelperRequest{Input: HelperInput{Identity: fmt.Sprintf("n%d.example", i)}})
+			require.NoError(t, err)
+		}(i)
+	}
+	wg.Wait()
+
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	type mark struct {
+		at    int64
+		delta int
+	}
+	var marks []mark
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		kind, ts, _ := strings.Cut(l, " ")
+		n, err := strconv.ParseInt(ts, 10, 64)
+		require.NoError(t, err)
+		d := 1
+		if kind == "end" {
+			d = -1
+		}
+		marks = append(marks, mark{n, d})
+	}
+	require.Len(t, marks, 16)
+	sort.Slice(marks, func(i, j int) bool {
+		return marks[i].at < marks[j].at || (marks[i].at == marks[j].at && marks[i].delta < marks[j].delta)
+	})
+	running, most := 0, 0
+	for _, mk := range marks {
+		running += mk.delta
+		most = max(most, running)
+	}
+	require.Equal(t, 2, most, "helpers at once")
 }

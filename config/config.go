@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,7 @@ type Temporal struct {
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
 // Provisioner's, spelled as it spells them.
 type Config struct {
-	Workers                    int            `koanf:"workers"`           // accepted; Temporal's worker options replace it
+	Workers                    int            `koanf:"workers"`           // hosts whose helper runs at once in this process; 0: the number of CPUs
 	Interval                   string         `koanf:"interval"`          // discovery sweep period, minimum 1m
 	Logfile                    string         `koanf:"logfile"`           // empty or "-": stderr
 	Loglevel                   string         `koanf:"loglevel"`          // debug, info, warn, error
@@ -86,7 +87,7 @@ type Config struct {
 	DeferDelay                 string         `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
 	Token                      string         `koanf:"token"`             // provisioning token; stays in worker config, never in history
 	Insecure                   bool           `koanf:"choria_insecure"`   // accepted for compatibility
-	Site                       string         `koanf:"site"`              // label on every metric and search attribute
+	Site                       string         `koanf:"site"`              // label on every metric and search attribute; empty as the Choria Provisioner's default
 	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
 	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
 	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
@@ -115,6 +116,9 @@ type Config struct {
 	ServerJWTValidityDuration time.Duration `koanf:"-"`
 	HelperCommand             []string      `koanf:"-"`
 	File                      string        `koanf:"-"`
+
+	// Warnings are what Load accepted as the Choria Provisioner did but an operator should know.
+	Warnings []string `koanf:"-"`
 }
 
 // DefaultCertDenyList is the Choria Provisioner's default list of names a CSR may not carry.
@@ -122,13 +126,11 @@ var DefaultCertDenyList = []string{`\.privileged.mcollective$`, `\.privileged.ch
 
 func defaults() map[string]any {
 	return map[string]any{
-		"workers":             4,
 		"interval":            "1m",
 		"loglevel":            "info",
 		"helper_timeout":      "10s",
 		"rpc_timeout":         "10s",
 		"defer_delay":         "30s",
-		"site":                "default",
 		"lifecycle_component": "provision_mode_server",
 		"server_jwt_validity": "365d",
 		"temporal.address":    "127.0.0.1:7233",
@@ -209,8 +211,6 @@ func invalid(key string, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...))
 }
 
-var componentRe = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
-
 func (c *Config) validate() error {
 	var err error
 
@@ -229,22 +229,43 @@ func (c *Config) validate() error {
 	if c.DeferDelayDuration, err = ParseDuration(c.DeferDelay); err != nil || c.DeferDelayDuration <= 0 {
 		return invalid("defer_delay", "%q is not a positive duration", c.DeferDelay)
 	}
-	if c.ServerJWTValidityDuration, err = ParseDuration(c.ServerJWTValidity); err != nil || c.ServerJWTValidityDuration <= time.Hour {
-		return invalid("server_jwt_validity", "%q must be a duration longer than 1h", c.ServerJWTValidity)
+	if strings.TrimSpace(c.ServerJWTValidity) == "" {
+		c.ServerJWTValidity = "365d" // as the Choria Provisioner: empty means a year
+	}
+	if c.ServerJWTValidityDuration, err = ParseDuration(c.ServerJWTValidity); err != nil || c.ServerJWTValidityDuration <= 0 {
+		return invalid("server_jwt_validity", "%q is not a positive duration", c.ServerJWTValidity)
 	}
 
-	switch strings.ToLower(c.Loglevel) {
-	case "debug", "info", "warn", "warning", "error", "fatal":
+	// logrus's names, any case, as go-choria's logger took them; garbage is refused (the Choria
+	// Provisioner quietly logged at warn)
+	switch lvl := strings.ToLower(strings.TrimSpace(c.Loglevel)); lvl {
+	case "debug", "info", "warn", "error", "fatal":
+		c.Loglevel = lvl
+	case "trace":
+		c.Loglevel = "debug"
+	case "warning":
+		c.Loglevel = "warn"
+	case "panic":
+		c.Loglevel = "fatal"
 	default:
 		return invalid("loglevel", "%q is not one of debug, info, warn, error, fatal", c.Loglevel)
 	}
 
-	if c.LifecycleComponent == "" || !componentRe.MatchString(c.LifecycleComponent) {
-		return invalid("lifecycle_component", "%q must be a non-empty name without '.', '>', '*' or spaces", c.LifecycleComponent)
+	// as the Choria Provisioner: empty means the default, and only what a NATS subject token
+	// cannot hold is refused
+	if c.LifecycleComponent == "" {
+		c.LifecycleComponent = "provision_mode_server"
 	}
-
-	if c.Site == "" {
-		return invalid("site", "must not be empty")
+	if strings.ContainsAny(c.LifecycleComponent, ".>* \t\r\n") {
+		return invalid("lifecycle_component", "%q must not contain '.', '>', '*' or spaces", c.LifecycleComponent)
+	}
+	// as the Choria Provisioner: how many hosts one process works on at once, the number of CPUs
+	// unless set; here it bounds the helper runs, the step that runs the site's own code
+	if c.Workers < 0 {
+		return invalid("workers", "%d is negative; 0 means the number of CPUs", c.Workers)
+	}
+	if c.Workers == 0 {
+		c.Workers = runtime.NumCPU()
 	}
 	if c.HelperRateLimit < 0 {
 		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
@@ -287,7 +308,13 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Features.Upgrades && c.UpgradesRepository == "" {
-		return invalid("upgrades_repository", "required when features.upgrades is on")
+		// as the Choria Provisioner: not refused; a host the helper asks to upgrade fails at
+		// that step, or goes on with its version under upgrades_optional
+		then := "fail at the upgrade step"
+		if c.UpgradesOptional {
+			then = "are provisioned with the version they run (upgrades_optional)"
+		}
+		c.Warnings = append(c.Warnings, "features.upgrades is on without upgrades_repository: hosts the helper asks to upgrade "+then)
 	}
 
 	if len(c.CertDenyList) == 0 {
@@ -406,12 +433,10 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// HelperTaskQueue is where helper calls go when helper_rate_limit is set: a task queue of their
-// own, whose activity rate Temporal's matching service limits across every worker polling it.
-// Empty when calls are not limited (they share the main task queue).
+// HelperTaskQueue is where helper calls go: a task queue of their own, which each process polls
+// with at most workers helper runs at once (so a busy process leaves the next host's helper to
+// one with room), and whose dispatch rate Temporal's matching service limits across every
+// worker when helper_rate_limit is set.
 func (c *Config) HelperTaskQueue() string {
-	if c.HelperRateLimit <= 0 {
-		return ""
-	}
 	return c.Temporal.TaskQueue + "-helper"
 }

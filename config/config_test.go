@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue)
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
+	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
+	require.Equal(t, "choria-provisioner-helper", cfg.HelperTaskQueue())
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
@@ -113,12 +116,14 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"loglevel: chatty\n":                                      "loglevel",
 		"helper: /nonexistent/helper\n":                           "helper",
 		"cert_deny_list: ['(']\n":                                 "cert_deny_list",
-		"server_jwt_validity: 30m\n":                              "server_jwt_validity",
-		"features: {upgrades: true}\n":                            "upgrades_repository",
+		"server_jwt_validity: 0s\n":                               "server_jwt_validity",
+		"server_jwt_validity: soon\n":                             "server_jwt_validity",
+		"lifecycle_component: 'a b'\n":                            "lifecycle_component",
 		"helper_timeout: -1s\n":                                   "helper_timeout",
 		"temporal: {codec_key_file: /nonexistent/key}\n":          "temporal.codec_key_file",
 		"monitor_port: 70000\n":                                   "monitor_port",
 		"temporal: {plaintext: true, grpc_compression: brotli}\n": "temporal.grpc_compression",
+		"workers: -1\n":                                           "workers",
 	}
 	for body, key := range cases {
 		_, err := Load(writeConfig(t, body))
@@ -209,4 +214,32 @@ func TestSplitHelper(t *testing.T) {
 	cfg, err := Load(writeConfig(t, "helper: fake-ruby /etc/choria-provisioner/helper.rb --site 'dc 1'\n"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"fake-ruby", "/etc/choria-provisioner/helper.rb", "--site", "dc 1"}, cfg.HelperCommand)
+}
+
+// What the Choria Provisioner accepted loads here too: the values its own parser took.
+func TestWhatTheChoriaProvisionerAcceptedLoads(t *testing.T) {
+	for body, check := range map[string]func(t *testing.T, c *Config){
+		"lifecycle_component: ''\n":          func(t *testing.T, c *Config) { require.Equal(t, "provision_mode_server", c.LifecycleComponent) },
+		"lifecycle_component: 'prov:mode'\n": func(t *testing.T, c *Config) { require.Equal(t, "prov:mode", c.LifecycleComponent) },
+		"site: ''\n":                         func(t *testing.T, c *Config) { require.Equal(t, "", c.Site) },
+		"server_jwt_validity: 30m\n":         func(t *testing.T, c *Config) { require.Equal(t, 30*time.Minute, c.ServerJWTValidityDuration) },
+		"server_jwt_validity: ''\n":          func(t *testing.T, c *Config) { require.Equal(t, 365*24*time.Hour, c.ServerJWTValidityDuration) },
+		"server_jwt_validity: 6M\n":          func(t *testing.T, c *Config) { require.Equal(t, 180*24*time.Hour, c.ServerJWTValidityDuration) },
+		"loglevel: INFO\n":                   func(t *testing.T, c *Config) { require.Equal(t, "info", c.Loglevel) },
+		"loglevel: trace\n":                  func(t *testing.T, c *Config) { require.Equal(t, "debug", c.Loglevel) },
+		"loglevel: warning\n":                func(t *testing.T, c *Config) { require.Equal(t, "warn", c.Loglevel) },
+		"workers: 0\n":                       func(t *testing.T, c *Config) { require.Equal(t, runtime.NumCPU(), c.Workers) },
+		"features: {upgrades: true}\n": func(t *testing.T, c *Config) {
+			require.Len(t, c.Warnings, 1)
+			require.Contains(t, c.Warnings[0], "fail at the upgrade step")
+		},
+		"features: {upgrades: true}\nupgrades_optional: true\n": func(t *testing.T, c *Config) {
+			require.Len(t, c.Warnings, 1)
+			require.Contains(t, c.Warnings[0], "upgrades_optional")
+		},
+	} {
+		cfg, err := Load(writeConfig(t, body))
+		require.NoError(t, err, body)
+		check(t, cfg)
+	}
 }

@@ -2,15 +2,16 @@ package discovery
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	choriaclient "github.com/choria-io/go-choria/client/client"
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/lifecycle"
 	"github.com/choria-io/go-choria/protocol"
-	"github.com/choria-io/go-choria/providers/discovery/broadcast"
 	"github.com/nats-io/nats.go"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -59,6 +60,10 @@ type Discoverer struct {
 	log     *zap.Logger
 	now     func() time.Time
 	recheck time.Duration // FinishingRecheck; tests shorten it
+	// conn is the startup events' connection, which sweeps reuse (one at a time): a sweep of
+	// its own connected four times before it could publish
+	conn   inter.Connector
+	connMu sync.Mutex
 }
 
 // New makes a Discoverer over a Choria client framework on the provisioning collective.
@@ -81,6 +86,10 @@ func (d *Discoverer) Run(ctx context.Context) error {
 		}
 		nc := conn.Nats()
 		defer nc.Close()
+		d.connMu.Lock()
+		d.conn = conn
+		d.connMu.Unlock()
+		defer func() { d.connMu.Lock(); d.conn = nil; d.connMu.Unlock() }()
 		d.announce(conn)
 		// events are handed to Temporal by StartConcurrency goroutines: one at a time, a burst of
 		// thousands of startup events waited minutes for its signal-with-starts
@@ -173,50 +182,116 @@ func (d *Discoverer) paused(ctx context.Context) bool {
 	return p
 }
 
-// Sweep runs one broadcast discovery and starts or signals a workflow for each host found.
-// It returns how many hosts it handed to Temporal. A paused fleet is not swept.
+// Sweep runs one broadcast discovery and starts or signals a workflow for each host found, as
+// its reply arrives: a fleet already waiting is at work within milliseconds instead of after
+// the discovery window. It returns how many sightings it handed to Temporal. A paused fleet is
+// not swept.
 func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 	if d.paused(ctx) {
 		d.log.Info("provisioning is paused, skipping the discovery sweep")
 		return 0, nil
 	}
 	d.metrics.DiscoverCycles.WithLabelValues(d.metrics.Site).Inc()
-	// every reply to this sweep was sent after this moment: a host's run that completed later
-	// makes its sighting stale (activities.RunHistory)
+	// every reply to this sweep was sent after this moment: a host's run that restarted it later
+	// makes its sighting stale
 	sweptAt := d.now().UTC()
-	filter := protocol.NewFilter()
-	filter.AddAgentFilter(ProvisionAgent)
-	nodes, err := broadcast.New(d.fw).Discover(ctx, broadcast.Filter(filter), broadcast.Collective(ProvisioningCollective),
-		broadcast.Timeout(d.opts.DiscoveryTimeout), broadcast.Name("provisioner-discovery"))
-	if err != nil {
-		d.metrics.DiscoveryErrors.WithLabelValues(d.metrics.Site).Inc()
-		return 0, fmt.Errorf("broadcast discovery: %w", err)
-	}
-	d.log.Info("discovery sweep", zap.Int("found", len(nodes)))
 
-	sem := make(chan struct{}, d.opts.StartConcurrency)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	started := 0
-	for _, id := range nodes {
+	// replies are queued, never waited on: go-choria's client drops what is still unread when
+	// the window closes
+	queue := make(chan string, SweepQueueSize)
+	var (
+		mu      sync.Mutex
+		seen    = map[string]bool{}
+		found   int
+		dropped int
+		handed  int
+		wg      sync.WaitGroup
+	)
+	for i := 0; i < d.opts.StartConcurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range queue {
+				if h, err := d.sighted(ctx, id, workflows.SourceDiscovery, sweptAt); err == nil && h {
+					mu.Lock()
+					handed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	err := d.broadcast(ctx, func(id string) {
 		if err := workflows.ValidateIdentity(id); err != nil {
 			d.log.Warn("ignoring discovered node", zap.Error(err))
-			continue
+			return
 		}
-		d.metrics.Discovered.WithLabelValues(d.metrics.Site).Inc()
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(id string) {
-			defer func() { <-sem; wg.Done() }()
-			if err := d.Sighted(ctx, id, workflows.SourceDiscovery, sweptAt); err == nil {
-				mu.Lock()
-				started++
-				mu.Unlock()
-			}
-		}(id)
-	}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		found++
+		select {
+		case queue <- id:
+		default:
+			dropped++ // bounded: the next sweep finds it
+		}
+	})
+	close(queue)
 	wg.Wait()
-	return started, nil
+	if err != nil {
+		d.metrics.DiscoveryErrors.WithLabelValues(d.metrics.Site).Inc()
+		return handed, fmt.Errorf("broadcast discovery: %w", err)
+	}
+	if dropped > 0 {
+		d.log.Warn("sweep queue full, hosts left for the next sweep", zap.Int("dropped", dropped), zap.Int("queue", SweepQueueSize))
+	}
+	d.log.Info("discovery sweep", zap.Int("found", found), zap.Int("handed_over", handed))
+	return handed, nil
+}
+
+// SweepQueueSize bounds the sightings of one sweep waiting to be handed to Temporal.
+const SweepQueueSize = 100000
+
+// broadcast sends one discovery request (agent filter choria_provision) to the provisioning
+// collective and calls found with the sender of each reply as it arrives, for the discovery
+// window. go-choria's broadcast discoverer gives its answer only at the end of the window.
+func (d *Discoverer) broadcast(ctx context.Context, found func(identity string)) error {
+	filter := protocol.NewFilter()
+	filter.AddAgentFilter(ProvisionAgent)
+	// the discovery agent answers a "ping" body that matches the filter
+	msg, err := d.fw.NewMessage([]byte(base64.StdEncoding.EncodeToString([]byte("ping"))), "discovery", ProvisioningCollective, "request", nil)
+	if err != nil {
+		return fmt.Errorf("discovery request: %w", err)
+	}
+	msg.SetReplyTo(msg.ReplyTarget())
+	msg.SetFilter(filter)
+	opts := []choriaclient.Option{choriaclient.Receivers(3), choriaclient.Timeout(d.opts.DiscoveryTimeout), choriaclient.Name("provisioner-discovery")}
+	d.connMu.Lock()
+	if d.conn != nil {
+		// one receiver on the shared connection: go-choria names every receiver's
+		// subscription alike, so a second would outlive the request
+		defer d.connMu.Unlock()
+		opts = append(opts, choriaclient.Receivers(1), choriaclient.Connection(d.conn))
+	} else {
+		d.connMu.Unlock()
+	}
+	cl, err := choriaclient.New(d.fw, opts...)
+	if err != nil {
+		return fmt.Errorf("choria client: %w", err)
+	}
+	// bounds the connection and publish too, not only the wait for replies
+	rctx, cancel := context.WithTimeout(ctx, d.opts.DiscoveryTimeout+5*time.Second)
+	defer cancel()
+	return cl.Request(rctx, msg, func(_ context.Context, m inter.ConnectorMessage) {
+		reply, err := d.fw.NewTransportFromJSON(m.Data())
+		if err != nil {
+			d.log.Warn("unreadable discovery reply", zap.Error(err))
+			return
+		}
+		found(reply.SenderID())
+	})
 }
 
 // HandleEvent handles one message from the startup subject. Anything that is not a startup event
@@ -244,7 +319,6 @@ func (d *Discoverer) handleEvent(ctx context.Context, data []byte, received time
 		d.log.Warn("dropping lifecycle event", zap.Error(err))
 		return
 	}
-	d.metrics.EventDiscovered.WithLabelValues(d.metrics.Site).Inc()
 	if d.paused(ctx) {
 		d.log.Info("provisioning is paused, not starting work for a startup event", zap.String(logging.FieldIdentity, id))
 		return
@@ -327,7 +401,7 @@ func keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
 // open splay+3 s after the restart RPC (absorbing late sightings of the server it restarted),
 // and one a stopped provisioner left in that grace closes within moments of a worker's return.
 const (
-	FinishingRecheck = time.Second
+	FinishingRecheck = 500 * time.Millisecond
 	FinishingWait    = 6 * time.Second
 )
 
@@ -370,6 +444,12 @@ func (d *Discoverer) dropStale(identity string) {
 // Sighted starts the host's workflow, or signals it when it runs already; seenAt is when the
 // host was seen (for a sweep, when the sweep began).
 func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
+	_, err := d.sighted(ctx, identity, source, seenAt)
+	return err
+}
+
+// sighted reports whether the sighting was handed to Temporal now.
+func (d *Discoverer) sighted(ctx context.Context, identity, source string, seenAt time.Time) (bool, error) {
 	// A sweep's sightings are older than the moment they reach Temporal, and a sweep over
 	// thousands of hosts hands them over for many seconds while the hosts it found are being
 	// provisioned and restarted: check each against the host's latest run first; likewise a
@@ -378,17 +458,17 @@ func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenA
 		switch d.check(ctx, identity, seenAt) {
 		case staleSeen:
 			d.dropStale(identity)
-			return nil
+			return false, nil
 		case finishing:
 			d.settleLater(ctx, identity, source, seenAt)
-			return nil
+			return false, nil
 		case openRun:
 			if source == workflows.SourceDiscovery {
-				return nil
+				return false, nil
 			}
 		}
 	}
-	return d.start(ctx, identity, source, seenAt)
+	return true, d.start(ctx, identity, source, seenAt)
 }
 
 // start hands a sighting to Temporal: a new run of the host's workflow, or nothing when one is
@@ -412,6 +492,14 @@ func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt 
 			d.log.Error("could not start or signal workflow", zap.String(logging.FieldIdentity, identity), zap.Error(err))
 		}
 		return err
+	}
+	// counted as the Choria Provisioner counted hosts added to its work list: a sighting that
+	// a run at work absorbs (a sweep's of an open run) or that is stale is not
+	switch source {
+	case workflows.SourceDiscovery:
+		d.metrics.Discovered.WithLabelValues(d.metrics.Site).Inc()
+	case workflows.SourceEvent:
+		d.metrics.EventDiscovered.WithLabelValues(d.metrics.Site).Inc()
 	}
 	d.log.Debug("sighting handed to Temporal", zap.String(logging.FieldIdentity, identity), zap.String("source", source))
 	return nil

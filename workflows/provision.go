@@ -45,6 +45,8 @@ type provisioner struct {
 	fast bool
 	// firstReadsFailed: a read that carried the sighting time failed (lean runs' stale check)
 	firstReadsFailed bool
+	// version is the command sequence this run follows (versionOf)
+	version int
 	// stepRuns counts the activity runs of this run: the first carries the sighting time
 	stepRuns int
 	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)

@@ -6,7 +6,19 @@ import (
 )
 
 // lean is true for runs of VersionLean and later: no GetVersion markers.
-func (p *provisioner) lean() bool { return p.in.Version >= VersionLean }
+func (p *provisioner) lean() bool { return p.version >= VersionLean }
+
+// versionOf is the command sequence this run follows: the input's, unless a worker that did not
+// know the field began the run (a rolling upgrade) and wrote its markers, which the replay finds.
+// Outside replay it asks nothing, and in replay GetVersion issues no command: a run's commands
+// never depend on it.
+func versionOf(ctx workflow.Context, in ProvisionInput) int {
+	if in.Version >= VersionLean && workflow.IsReplaying(ctx) &&
+		workflow.GetVersion(ctx, transitionsOnlyChange, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		return VersionMarkers
+	}
+	return in.Version
+}
 
 // setup installs the status query and the signal handlers, and reads which workflow changes
 // this run's history was written with.
@@ -19,6 +31,7 @@ func (p *provisioner) setup(ctx workflow.Context) error {
 	}
 	p.handleSignals(ctx)
 
+	p.version = versionOf(ctx, p.in)
 	if p.lean() {
 		p.transitionsOnly, p.localReads, p.fast = true, p.in.LocalReads, p.in.Fast
 	} else {

@@ -42,9 +42,10 @@ func main() {
 		"credentials":    &credentialsCommand{},
 		"broker":         &brokerCommand{},
 		"bench":          &benchCommand{},
+		"small-fleet":    &smallFleetCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"dev", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker", "bench"} {
+	for _, name := range []string{"dev", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker", "bench", "small-fleet"} {
 		commands[name].register(app)
 	}
 

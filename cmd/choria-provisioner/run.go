@@ -28,7 +28,8 @@ func (r *runCommand) register(app *fisk.Application) {
 	cmd.Flag("config", "Provisioner configuration file (the Choria Provisioner's YAML plus a temporal section)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&r.config)
 	cmd.Flag("choria-config", "Choria client configuration file").StringVar(&r.choriaConfig)
 	cmd.Flag("pid", "Write the process ID to this file").StringVar(&r.pidFile)
-	cmd.Flag("debug", "Log at debug level").UnNegatableBoolVar(&r.debug)
+	// the Choria Provisioner's --debug is the application's: before or after the command
+	app.Flag("debug", "Log at debug level").UnNegatableBoolVar(&r.debug)
 	cmd.Flag("no-discovery", "Run only the Temporal worker").UnNegatableBoolVar(&r.noDiscovery)
 	cmd.Flag("no-worker", "Run only discovery").UnNegatableBoolVar(&r.noWorker)
 }

@@ -1,19 +1,28 @@
 package integration
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/choria-io/tokens"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -126,4 +135,115 @@ func TestIntegrationDropInChoriaProvisionerSite(t *testing.T) {
 	require.Equal(t, len(e.stack.Fleet.Members), warnings)
 	t.Logf("drop-in site: %d hosts provisioned, server JWTs end with the signer token at %s", len(e.stack.Fleet.Members),
 		signer.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// listening reports the local addresses the TCP sockets listening on port are bound to.
+func listening(t *testing.T, port int) []string {
+	t.Helper()
+	var out []string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(l)
+			if len(fields) < 4 || fields[3] != "0A" { // LISTEN
+				continue
+			}
+			addr, p, ok := strings.Cut(fields[1], ":")
+			if ok && p == fmt.Sprintf("%04X", port) {
+				out = append(out, addr)
+			}
+		}
+	}
+	return out
+}
+
+// The Choria Provisioner's command line and files: `choria-provisioner --debug run --config FILE
+// --choria-config FILE --pid FILE`, a YAML without our choria_config and monitor_address keys.
+// The process provisions, writes its pid, serves /metrics on every interface of monitor_port
+// with the Choria Provisioner's series at 0 from the start and go-choria's process-wide ones.
+func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 2})
+	port, err := devstack.FreePort()
+	require.NoError(t, err)
+	b, err := os.ReadFile(e.stack.ConfigFile)
+	require.NoError(t, err)
+	conf := regexp.MustCompile(`(?m)^(choria_config|monitor_address|monitor_port):.*\n`).ReplaceAllString(string(b), "")
+	conf += fmt.Sprintf("monitor_port: %d\n", port)
+	file := filepath.Join(e.stack.Opts.Dir, "choria-provisioner.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(conf), 0o600))
+	pid := filepath.Join(e.stack.Opts.Dir, "provisioner.pid")
+
+	cmd := exec.Command(selfBinary, "--debug", "run", "--config", file, "--choria-config", e.stack.ClientConfig, "--pid", pid)
+	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, "cli.out"))
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, "cli.log"))
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); out.Close() })
+
+	scrape := func() string {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	var first string
+	require.Eventually(t, func() bool { first = scrape(); return first != "" }, 30*time.Second, 50*time.Millisecond, "/metrics")
+	for _, s := range []string{`choria_provisioner_discovered{site="dev"}`, `choria_provisioner_provisioned{site="dev"}`,
+		`choria_provisioner_waiting_nodes{site="dev"}`, `choria_provisioner_work_queue_entries{site="dev"}`, `choria_provisioner_paused{site="dev"} 0`,
+		"go_goroutines", "process_resident_memory_bytes"} {
+		require.Contains(t, first, s)
+	}
+	bound := listening(t, port)
+	require.NotEmpty(t, bound)
+	for _, a := range bound {
+		require.Regexp(t, `^0+$`, a, "monitor_port alone listens on every interface")
+	}
+
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	for _, m := range e.stack.Fleet.Members {
+		e.verifyServerJWT(m)
+	}
+	p, err := os.ReadFile(pid)
+	require.NoError(t, err)
+	require.Equal(t, strconv.Itoa(cmd.Process.Pid), string(p))
+	m := scrape()
+	require.Contains(t, m, `choria_provisioner_provisioned{site="dev"} 2`)
+	require.Contains(t, m, "choria_connector_")
+	log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "cli.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(log), `"level":"debug"`, "--debug before the command")
+}
+
+// The queue gauges mean what they meant for the Choria Provisioner: waiting_nodes the hosts found
+// and not yet done, work_queue_entries those waiting for a worker. With discovery running and no
+// worker anywhere, every host found waits in both; once a worker runs, both drain to 0.
+func TestIntegrationQueueGauges(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 3})
+	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, "discovery-only.log"))
+	require.NoError(t, err)
+	svc, err := service.New(e.cfg, log, service.Options{Discovery: true, Registry: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	gauge := func(g *prometheus.GaugeVec) float64 { return testutil.ToFloat64(g.WithLabelValues("dev")) }
+	require.Eventually(t, func() bool {
+		return gauge(svc.Metrics.WaitingNodes) == 3 && gauge(svc.Metrics.WorkQueueEntries) == 3
+	}, 40*time.Second, 200*time.Millisecond, "3 hosts found and waiting for a worker (waiting_nodes %v, work_queue_entries %v)",
+		gauge(svc.Metrics.WaitingNodes), gauge(svc.Metrics.WorkQueueEntries))
+
+	e.provisioner("worker")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	require.Eventually(t, func() bool {
+		return gauge(svc.Metrics.WaitingNodes) == 0 && gauge(svc.Metrics.WorkQueueEntries) == 0
+	}, 40*time.Second, 200*time.Millisecond, "both drain once the hosts are done")
 }

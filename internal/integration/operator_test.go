@@ -205,8 +205,8 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	require.True(t, strings.HasPrefix(out, "paused since"), out)
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(svc.Metrics.Paused.WithLabelValues("dev")) == 1 &&
-			testutil.ToFloat64(svc.Metrics.WorkQueueEntries.WithLabelValues("dev")) >= 1
-	}, 25*time.Second, 500*time.Millisecond, "paused and work_queue_entries follow Temporal")
+			testutil.ToFloat64(svc.Metrics.WaitingNodes.WithLabelValues("dev")) >= 1
+	}, 25*time.Second, 500*time.Millisecond, "paused and waiting_nodes (a held host is found and not done) follow Temporal")
 
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)

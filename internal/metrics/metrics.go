@@ -51,8 +51,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 	}
 	m := &Metrics{
 		Site:             site,
-		Discovered:       counter("discovered", "Nodes found by discovery sweeps"),
-		EventDiscovered:  counter("event_discovered", "Nodes found by lifecycle startup events"),
+		Discovered:       counter("discovered", "Nodes a discovery sweep handed over for provisioning (not those a run already works on)"),
+		EventDiscovered:  counter("event_discovered", "Nodes handed over for provisioning on their lifecycle startup event"),
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
@@ -65,8 +65,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		ShutdownRequests: counter("helper_shutdown_requests", "Shutdowns the helper asked for"),
 		Paused:           gauge("paused", "1 when provisioning is paused"),
 		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
-		WorkQueueEntries: gauge("work_queue_entries", "Hosts being provisioned (running host workflows)"),
-		WaitingNodes:     gauge("waiting_nodes", "Hosts waiting after a helper deferral"),
+		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
+		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 	}
 	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings} {
 		if err := reg.Register(c); err != nil {

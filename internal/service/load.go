@@ -24,5 +24,9 @@ func LoadConfig(file, choriaConfig string, debug bool) (*config.Config, *zap.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	return cfg, log.With(zap.String(logging.FieldSite, cfg.Site)), nil
+	log = log.With(zap.String(logging.FieldSite, cfg.Site))
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+	return cfg, log, nil
 }

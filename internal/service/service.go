@@ -14,8 +14,11 @@ import (
 
 	"github.com/choria-io/go-choria/choria"
 	cconfig "github.com/choria-io/go-choria/config"
+	"github.com/choria-io/go-choria/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -41,17 +44,31 @@ func NewChoriaFramework(cfg *config.Config, log *zap.Logger) (*choria.Framework,
 // replaces the file's collectives (the provisioner lives on "provisioning"; the operator's
 // reprovision reaches provisioned servers on the file's own collective).
 func NewChoriaClientFramework(cfg *config.Config, collective string) (*choria.Framework, error) {
-	if cfg.ChoriaConfig == "" {
-		return nil, fmt.Errorf("%w: choria_config: a Choria client configuration file is required", config.ErrInvalid)
+	file := cfg.ChoriaConfig
+	if file == "" {
+		// the Choria Provisioner's --choria-config default: the user's Choria client config
+		file = choria.UserConfig()
+		if _, err := os.Stat(file); err != nil {
+			return nil, fmt.Errorf("%w: choria_config: not set (nor --choria-config), and the default Choria client configuration %s: %v",
+				config.ErrInvalid, file, err)
+		}
 	}
 	// go-choria's choria security provider names a client after $USER and refuses to start
 	// without it; services under systemd have no $USER, and the caller ID comes from the JWT anyway.
 	if _, ok := os.LookupEnv("USER"); !ok {
 		_ = os.Setenv("USER", "choria-provisioner")
 	}
-	ccfg, err := cconfig.NewSystemConfig(cfg.ChoriaConfig, false)
+	// read as the Choria Provisioner read it (a client configuration, project files included)
+	ccfg, err := cconfig.NewConfig(file)
 	if err != nil {
-		return nil, fmt.Errorf("choria_config %s: %w", cfg.ChoriaConfig, err)
+		return nil, fmt.Errorf("choria_config %s: %w", file, err)
+	}
+	if cfg.Insecure {
+		// as the Choria Provisioner's choria_insecure: a plain connection to the broker and
+		// unsigned requests (go-choria's switch for that is process-wide)
+		ccfg.DisableTLS = true
+		ccfg.Choria.SecurityProvider = "file"
+		protocol.Secure = "false"
 	}
 	if cfg.BrokerProvisioningPassword != "" {
 		ccfg.Choria.NatsUser = "provisioner"
@@ -240,18 +257,22 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		}
 		defer w.Stop()
 		s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
-		if hq := s.cfg.HelperTaskQueue(); hq != "" {
-			// Temporal's matching service dispatches this queue's tasks at most this often,
-			// whatever the number of workers polling it: the limit holds fleet-wide
-			hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout, TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit,
-				MaxConcurrentActivityExecutionSize: wo.MaxConcurrentActivityExecutionSize})
-			acts.Register(hw)
-			if err := hw.Start(); err != nil {
-				return fmt.Errorf("starting the helper worker: %w", err)
-			}
-			defer hw.Stop()
-			s.log.Info("helper calls rate limited", zap.String("task_queue", hq), zap.Float64("per_second", s.cfg.HelperRateLimit))
+		// helper runs on a task queue of their own: each process takes at most workers at once
+		// (the Choria Provisioner's meaning of workers), so the next host's helper waits in
+		// Temporal for whichever process has room; helper_rate_limit caps the queue fleet-wide
+		hq := s.cfg.HelperTaskQueue()
+		ho := worker.Options{WorkerStopTimeout: DrainTimeout, MaxConcurrentActivityExecutionSize: s.cfg.Workers}
+		if s.cfg.HelperRateLimit > 0 {
+			ho.TaskQueueActivitiesPerSecond = s.cfg.HelperRateLimit
 		}
+		hw := worker.New(tc, hq, ho)
+		acts.Register(hw)
+		if err := hw.Start(); err != nil {
+			return fmt.Errorf("starting the helper worker: %w", err)
+		}
+		defer hw.Stop()
+		s.log.Info("helper worker polling", zap.String("task_queue", hq), zap.Int("workers", s.cfg.Workers),
+			zap.Float64("per_second", s.cfg.HelperRateLimit))
 	}
 	if s.opts.Discovery {
 		d := discovery.New(fw, tc, discovery.Options{
@@ -281,27 +302,41 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 }
 
-// fleetGauges keeps work_queue_entries (running host workflows) and waiting_nodes (deferred
-// ones) from Temporal's visibility, where the Choria Provisioner read them from its queue.
+// fleetGauges keeps the Choria Provisioner's queue gauges from Temporal: waiting_nodes was the
+// hosts in its list (found, not yet done), here the running host workflows; work_queue_entries
+// was the hosts in its work queue waiting for a worker, here the tasks waiting in this site's
+// task queues for a worker (Temporal's approximate backlog).
 func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	running := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
-	deferred := running
-	deferred.Outcome = workflows.OutcomeDeferred
-	count := func(q string) (float64, bool) {
-		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
-		if err != nil {
-			return 0, false
+	queues := []struct {
+		name string
+		kind enumspb.TaskQueueType
+	}{
+		{s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW},
+		{s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		{s.cfg.HelperTaskQueue(), enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+	}
+	backlog := func() (float64, bool) {
+		total := int64(0)
+		for _, q := range queues {
+			resp, err := tc.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+				Namespace: s.cfg.Temporal.Namespace, TaskQueue: &taskqueuepb.TaskQueue{Name: q.name, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+				TaskQueueType: q.kind, ReportStats: true})
+			if err != nil || resp.GetStats() == nil {
+				return 0, false
+			}
+			total += resp.GetStats().GetApproximateBacklogCount()
 		}
-		return float64(resp.GetCount()), true
+		return float64(total), true
 	}
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
-		if n, ok := count(running.String()); ok {
-			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
+		if resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: running.String()}); err == nil {
+			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(float64(resp.GetCount()))
 		}
-		if n, ok := count(deferred.String()); ok {
-			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(n)
+		if n, ok := backlog(); ok {
+			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)
 		}
 		select {
 		case <-ctx.Done():
