@@ -1,13 +1,16 @@
 # The provisioner image: choria-provisioner (run, setup, hosts, codec-server), and for the demo
-# stack choria-provisioner-dev (credentials, broker, fleet-server) and the example helper. Built by docker-compose.yaml; see docs/deployment-compose.md.
+# stack choria-provisioner-dev (credentials, broker, fleet-server) and the example helper. Built by docker-compose.yaml; see docs/operations.md ("The docker-compose stack").
 FROM golang:1.26-bookworm AS build
+# a module proxy or mirror of your own, if the default cannot be reached (make test-compose
+# serves this machine's module cache)
+ARG GOPROXY
+ARG GOSUMDB
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/choria-provisioner ./cmd/choria-provisioner \
- && CGO_ENABLED=0 go build -trimpath -o /out/choria-provisioner-dev ./cmd/choria-provisioner-dev \
- && CGO_ENABLED=0 go build -trimpath -o /out/example-helper ./cmd/example-helper
+# one go build: the three binaries' packages are compiled once and linked side by side
+RUN CGO_ENABLED=0 go build -trimpath -o /out/ ./cmd/choria-provisioner ./cmd/choria-provisioner-dev ./cmd/example-helper
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \

@@ -9,6 +9,7 @@ TEMPORAL   := $(BIN)/temporal
 TEMPORAL_SERVER := $(BIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
 NFPM       := $(BIN)/nfpm
+TEMPORAL_UI_SERVER := $(BIN)/temporal-ui-server
 # --version prints both; the packages carry VERSION (scripts/version.sh: from git describe)
 VERSION    ?= $(shell scripts/version.sh)
 COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
@@ -18,7 +19,7 @@ PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools package run test test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
+.PHONY: all deps build tools package run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
 
 all: build
 
@@ -33,6 +34,12 @@ $(TEMPORAL_SERVER): tools/go.mod tools/go.sum
 $(TEMPORAL_SQL_TOOL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
 	go -C tools build -o ../$(TEMPORAL_SQL_TOOL) go.temporal.io/server/cmd/tools/sql
+
+# the Web UI server on its own (the same module and version the CLI embeds), for the compose
+# stack's temporalio/ui stand-in
+$(TEMPORAL_UI_SERVER): tools/go.mod tools/go.sum
+	@mkdir -p $(BIN)
+	go -C tools build -o ../$(TEMPORAL_UI_SERVER) github.com/temporalio/ui-server/v2/cmd/server
 
 $(NFPM): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
@@ -68,6 +75,12 @@ deps:
 
 test: deps tools lint compose-check
 	$(GO_TEST) $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-compose
+
+## test-compose: docker-compose.yaml run for real on an engine of the project's own, every image
+## built here without a registry (scripts/test-compose.sh; needs root; docs/operations.md)
+test-compose: deps tools $(TEMPORAL_UI_SERVER)
+	scripts/test-compose.sh
 
 test-unit:
 	$(GO_TEST) -short -count=1 ./...
@@ -108,4 +121,5 @@ bench-small-fleet: build
 	$(DEV) small-fleet --breakdown --target "this build=$(PROVISIONER)" $(if $(BEFORE_BIN),--target "before=$(BEFORE_BIN)") $(if $(ORIGINAL_BIN),--original "Choria Provisioner=$(ORIGINAL_BIN)")
 
 clean:
+	@scripts/docker-engine.sh stop
 	rm -rf $(BIN) .state $(PKG_DIR)

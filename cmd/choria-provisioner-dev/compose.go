@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/choria-io/fisk"
 
+	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 )
 
@@ -46,14 +49,21 @@ func (c *credentialsCommand) run(context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("provisioner configuration: %s\nprovisioning JWT for servers: %s\n", files.ConfigFile, creds.ProvisioningJWT)
+	// the bearer token of the stack's codec server (temporal CLI users present it)
+	tokenFile := filepath.Join(c.dir, "codec-server.token")
+	if _, err := os.Stat(tokenFile); err != nil {
+		if err := os.WriteFile(tokenFile, []byte(codec.NewKey()+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("provisioner configuration: %s\nprovisioning JWT for servers: %s\ncodec server token: %s\n", files.ConfigFile, creds.ProvisioningJWT, tokenFile)
 	return nil
 }
 
 // brokerCommand runs a Choria broker with the provisioning account from a credentials directory.
 type brokerCommand struct {
-	dir, listen string
-	port        int
+	dir, listen, workDir string
+	port                 int
 }
 
 func (b *brokerCommand) register(app *fisk.Application) {
@@ -61,6 +71,7 @@ func (b *brokerCommand) register(app *fisk.Application) {
 	cmd.Flag("dir", "Directory given to credentials").Required().StringVar(&b.dir)
 	cmd.Flag("listen", "Listen address").Default("127.0.0.1").StringVar(&b.listen)
 	cmd.Flag("port", "Client port").Default("4222").IntVar(&b.port)
+	cmd.Flag("work-dir", "Where the broker writes its configuration (default: --dir; --dir may then be read-only)").StringVar(&b.workDir)
 }
 
 func (b *brokerCommand) run(ctx context.Context) error {
@@ -69,7 +80,14 @@ func (b *brokerCommand) run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	if _, err := devstack.StartBroker(ctx, &wg, b.dir, b.listen, b.port, creds, "info", ""); err != nil {
+	work := b.workDir
+	if work == "" {
+		work = b.dir
+	}
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return err
+	}
+	if _, err := devstack.StartBroker(ctx, &wg, work, b.listen, b.port, creds, "info", ""); err != nil {
 		return err
 	}
 	fmt.Printf("broker listening on %s:%d\n", b.listen, b.port)

@@ -22,6 +22,8 @@ type codecServerCommand struct {
 	tokenFile string
 	origins   []string
 	devTrust  bool
+	issuer    string
+	audience  string
 	tlsCert   string
 	tlsKey    string
 }
@@ -32,6 +34,8 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("listen", "Listen address").Default("127.0.0.1:8081").StringVar(&c.listen)
 	cmd.Flag("token-file", "File holding the bearer token callers must present (or "+codec.ServerTokenEnv+")").StringVar(&c.tokenFile)
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)
+	cmd.Flag("oidc-issuer", "Also accept access tokens of this OIDC issuer, as a Web UI with a login passes them (TEMPORAL_CODEC_PASS_ACCESS_TOKEN)").StringVar(&c.issuer)
+	cmd.Flag("oidc-audience", "The audience those access tokens must carry").StringVar(&c.audience)
 	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
 	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode for browsers from the --cors-origin origins without a token (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
@@ -54,6 +58,11 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
 	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust}
+	if c.issuer != "" || c.audience != "" {
+		if o.OIDC, err = codec.NewOIDCVerifier(ctx, c.issuer, c.audience, nil); err != nil {
+			return err
+		}
+	}
 	scheme := "http"
 	if c.tlsCert != "" || c.tlsKey != "" {
 		if c.tlsCert == "" || c.tlsKey == "" {
@@ -73,6 +82,9 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("codec server on %s://%s (key %s)\n", scheme, addr, cd.ActiveKeyID())
+	if o.OIDC != nil {
+		fmt.Printf("accepting access tokens of %s for audience %s\n", c.issuer, c.audience)
+	}
 	if c.devTrust {
 		fmt.Printf("DEVELOPMENT MODE: browsers from %s are served without a token (loopback only); everyone else needs the bearer token\n", strings.Join(c.origins, ", "))
 	}

@@ -20,13 +20,17 @@ type ServerOptions struct {
 	// token only when it has a login (TEMPORAL_CODEC_PASS_ACCESS_TOKEN with OIDC), which the local
 	// dev stack has not; Serve refuses this on anything but a loopback listener.
 	DevTrustOrigins bool
+	// OIDC, when set, also accepts the bearer tokens a Web UI with a login passes
+	// (TEMPORAL_CODEC_PASS_ACCESS_TOKEN): JWTs of the identity provider for the audience.
+	OIDC *OIDCVerifier
 	// TLS, when set, serves HTTPS (codec-server --tls-cert/--tls-key).
 	TLS *tls.Config
 }
 
 // Handler serves Temporal's remote codec HTTP API (POST /encode and /decode, as the Web UI and
-// `temporal --codec-endpoint` call it) for requests that carry the bearer token, and with
-// DevTrustOrigins for browser requests from the allowed origins. Browsers from the allowed
+// `temporal --codec-endpoint` call it) for requests that carry the bearer token or, with OIDC, an
+// access token of the identity provider, and with DevTrustOrigins for browser requests from the
+// allowed origins. Browsers from the allowed
 // origins get CORS headers, so the Web UI can call it.
 func Handler(c *Codec, o ServerOptions) http.Handler {
 	api := converter.NewPayloadCodecHTTPHandler(c)
@@ -50,8 +54,14 @@ func Handler(c *Codec, o ServerOptions) http.Handler {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		tokenOK := o.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) == 1
-		if !tokenOK && !(o.DevTrustOrigins && known) {
+		auth := r.Header.Get("Authorization")
+		ok := o.Token != "" && subtle.ConstantTimeCompare([]byte(auth), want) == 1
+		if !ok && o.OIDC != nil {
+			if bearer, found := strings.CutPrefix(auth, "Bearer "); found && bearer != "" {
+				ok = o.OIDC.Verify(r.Context(), bearer) == nil
+			}
+		}
+		if !ok && !(o.DevTrustOrigins && known) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
