@@ -30,8 +30,14 @@ func TestIntegrationFleetSimPKI(t *testing.T) {
 		require.Equal(t, int32(1), h.Configures, id)
 		e.runs(id, 1)
 	}
-	// the flaky host's first step took three attempts (two transient failures)
+	// the flaky host's reads (jwt, gencsr, inventory, scheduled together) took two attempts more
+	// than one each between them: its two transient failures, whichever reads they hit
 	d := e.waitOutcome("simpki-sim-00002.example", workflows.OutcomeProvisioned)
 	require.NotEmpty(t, d.State.Timeline)
-	require.Equal(t, int32(3), d.State.Timeline[0].Attempts, "%+v", d.State.Timeline[0])
+	retries := int32(0)
+	for _, r := range d.State.Timeline {
+		require.Positive(t, r.Attempts, "%+v", r)
+		retries += r.Attempts - 1
+	}
+	require.Equal(t, int32(2), retries, "%+v", d.State.Timeline)
 }

@@ -44,13 +44,14 @@ func TestIntegrationTemporalSDKMetrics(t *testing.T) {
 		}
 		return h
 	}
-	// 7 steps per host, each a regular activity; at least one workflow task each
+	// 6 regular activities per host (jwt, gen25519, inventory, helper, configure, restart; sign is
+	// a local activity in the helper's task); at least one workflow task each
 	act := histogram("temporal_activity_schedule_to_start_latency_seconds")
 	require.GreaterOrEqual(t, act.GetSampleCount(), uint64(5*6), "activities of 5 hosts")
 	require.Len(t, act.GetBucket(), len(metrics.LatencyBuckets), "latency buckets in seconds")
 	require.Greater(t, histogram("temporal_workflow_task_schedule_to_start_latency_seconds").GetSampleCount(), uint64(5))
 	require.Greater(t, histogram("temporal_workflow_task_execution_latency_seconds").GetSampleCount(), uint64(5))
-	require.Greater(t, histogram("temporal_activity_execution_latency_seconds").GetSampleCount(), uint64(5*6))
+	require.GreaterOrEqual(t, histogram("temporal_activity_execution_latency_seconds").GetSampleCount(), uint64(5*6))
 	for _, name := range []string{"temporal_worker_task_slots_available", "temporal_worker_task_slots_used", "temporal_num_pollers"} {
 		require.NotNil(t, families[name], "%s on the registry", name)
 	}
