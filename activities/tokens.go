@@ -127,7 +127,9 @@ func (s *ServerJWTSigner) Sign(in SignInput) (Signed, error) {
 		if err := claims.AddChainIssuerData(signer, seed); err != nil {
 			return Signed{}, fmt.Errorf("%w: chain issuer data: %v", ErrSigning, err)
 		}
-		if claims.ExpiresAt != nil && claims.ExpiresAt.Time.Before(out.Asked) {
+		// ends with the signer token: capped (or asked for that very second, which the
+		// timeline, reading exp and issexp, reports alike)
+		if claims.ExpiresAt != nil && !claims.ExpiresAt.Time.After(out.Asked) && claims.ExpiresAt.Equal(claims.IssuerExpiresAt.Time) {
 			out.CappedAt = claims.ExpiresAt.Time
 		}
 	}
