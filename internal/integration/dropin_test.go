@@ -132,6 +132,9 @@ func TestIntegrationDropInChoriaProvisionerSite(t *testing.T) {
 			warnings++
 		}
 	}
+	if warnings != len(e.stack.Fleet.Members) {
+		t.Logf("LOG %s", log)
+	}
 	require.Equal(t, len(e.stack.Fleet.Members), warnings)
 	t.Logf("drop-in site: %d hosts provisioned, server JWTs end with the signer token at %s", len(e.stack.Fleet.Members),
 		signer.ExpiresAt.UTC().Format(time.RFC3339))
