@@ -282,6 +282,19 @@ func TestStalenessByRestartTime(t *testing.T) {
 	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, sweep))
 	require.Equal(t, 1, s.started())
 	require.Zero(t, s.results)
+
+	// a run that closed at its restart RPC a moment before the sweep began: the server was still
+	// waiting out its splay when it answered
+	closedAtRestart := sweep.Add(-300 * time.Millisecond)
+	s = &recordingStarter{latest: &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		CloseTime: timestamppb.New(closedAtRestart), Execution: &commonpb.WorkflowExecution{WorkflowId: "provision:n1", RunId: "r2"}},
+		result: restarted(closedAtRestart)}
+	d, m := newTestDiscoverer(t, s)
+	d.now = func() time.Time { return now }
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, sweep))
+	require.Zero(t, s.started(), "an echo of the restart window started a second run")
+	require.Equal(t, 1, s.results)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
 }
 
 // A sweep sighting of a run past its restart RPC (no activity pending, step helper or restart) is

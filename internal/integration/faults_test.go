@@ -91,7 +91,9 @@ func TestIntegrationFaultKillWorker(t *testing.T) {
 // (reads, a new key, the helper), and each host is still configured and restarted once.
 func TestIntegrationFaultKillWorkerFastMode(t *testing.T) {
 	t.Setenv("PROVISIONER_TEMPORAL__FAST_MODE", "true") // the provisioner processes read it too
-	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t)})
+	// workers: 4 puts every host's helper in flight when the worker dies (the default is the
+	// number of CPUs, which would let two hosts finish first)
+	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t), extraConfig: "workers: 4\n"})
 	require.True(t, e.cfg.Temporal.FastMode)
 	e.setFlag("helper-slow", true)
 	first := e.processProvisioner("replica-a")

@@ -189,8 +189,18 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 		LocalReads:      cfg.Temporal.LocalActivities,
 		Fast:            cfg.Temporal.FastMode,
 		Version:         workflows.CurrentVersion,
-		HelperTaskQueue: cfg.HelperTaskQueue(),
+		HelperTaskQueue: helperQueue(cfg),
 	}
+}
+
+// helperQueue is the queue helper calls go to. Fast mode runs the helper as a local activity
+// (bounded per process by the same workers semaphore) unless helper_rate_limit asks Temporal to
+// limit it across the fleet, which only a task queue can do.
+func helperQueue(cfg *config.Config) string {
+	if cfg.Temporal.FastMode && cfg.HelperRateLimit <= 0 {
+		return ""
+	}
+	return cfg.HelperTaskQueue()
 }
 
 func loopback(host string) bool {
