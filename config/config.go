@@ -148,24 +148,21 @@ func defaults() map[string]any {
 
 // Load reads file (may be empty for defaults and environment only) and validates the result.
 func Load(path string) (*Config, error) {
-	cfg, err := read(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return readValid(path, (*Config).validate)
 }
 
 // LoadForOperator reads the same file for the operator CLI, which talks only to Temporal (and,
 // for reprovision, Choria): only the temporal section and the codec key must be valid.
 func LoadForOperator(path string) (*Config, error) {
+	return readValid(path, (*Config).validateTemporal)
+}
+
+func readValid(path string, validate func(*Config) error) (*Config, error) {
 	cfg, err := read(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.validateTemporal(); err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil

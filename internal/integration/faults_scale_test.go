@@ -18,9 +18,7 @@ import (
 // every host provisioned, none twice. Minutes long, so it runs from `make test-faults-scale`
 // (FAULTS_SCALE=1), a nightly-style target whose last results are in docs/reliability.md.
 func TestIntegrationFaultScaleKillWorker(t *testing.T) {
-	if os.Getenv("FAULTS_SCALE") == "" {
-		t.Skip("scale fault scenario: run make test-faults-scale (results in docs/reliability.md)")
-	}
+	scaleOnly(t)
 	const hosts = 500
 	e := newEnv(t, envOptions{servers: 0})
 	status := e.startFleetSim(hosts, "--prefix", "scale-")
@@ -42,9 +40,7 @@ func TestIntegrationFaultScaleKillWorker(t *testing.T) {
 
 // Two provisioner processes active/active on 1,000 simulated hosts: each host provisioned once.
 func TestIntegrationFaultScaleTwoReplicas(t *testing.T) {
-	if os.Getenv("FAULTS_SCALE") == "" {
-		t.Skip("scale fault scenario: run make test-faults-scale (results in docs/reliability.md)")
-	}
+	scaleOnly(t)
 	const hosts = 1000
 	e := newEnv(t, envOptions{servers: 0})
 	status := e.startFleetSim(hosts, "--prefix", "pair-")
@@ -113,5 +109,13 @@ func (e *env) runCounts() map[string]int {
 		if token = resp.NextPageToken; len(token) == 0 {
 			return counts
 		}
+	}
+}
+
+// scaleOnly keeps the minutes-long scale scenarios to make test-faults-scale (FAULTS_SCALE=1).
+func scaleOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("FAULTS_SCALE") == "" {
+		t.Skip("scale fault scenario: run make test-faults-scale (results in docs/reliability.md)")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -37,15 +38,23 @@ func (e *env) startFleetSim(count int, args ...string) func() fleetsim.Status {
 	}
 }
 
+// provisionFleetSim starts count simulated hosts and one provisioner, and waits (a minute) until
+// every host has been restarted out of provisioning mode.
+func (e *env) provisionFleetSim(count int, args ...string) fleetsim.Status {
+	e.t.Helper()
+	status := e.startFleetSim(count, args...)
+	start := time.Now()
+	e.provisioner("replica-a")
+	st := waitSimRestarted(e.t, status, count, 60*time.Second)
+	e.t.Logf("%d simulated hosts (%s) provisioned in %v", count, strings.Join(args, " "), time.Since(start).Round(10*time.Millisecond))
+	return st
+}
+
 // The simulator's hosts are found and provisioned by the real provisioner through the real
 // broker, each by one workflow, and leave provisioning mode after restart.
 func TestIntegrationFleetSimProvisions(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 0})
-	status := e.startFleetSim(20, "--prefix", "simprov-")
-	start := time.Now()
-	e.provisioner("replica-a")
-	st := waitSimRestarted(t, status, 20, 60*time.Second)
-	t.Logf("20 simulated hosts provisioned in %v", time.Since(start))
+	st := e.provisionFleetSim(20, "--prefix", "simprov-")
 	for id, h := range st.Hosts {
 		require.Equal(t, "false", h.Provision, id)
 		require.True(t, h.ServerJWT, id)

@@ -14,9 +14,7 @@ import (
 // Before any event, every series the Choria Provisioner exports at start is there at 0 with the
 // site label, and so is every other series without a label of its own.
 func TestSeriesAtZeroOnStart(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	_, err := New(reg, "dc1")
-	require.NoError(t, err)
+	reg := siteRegistry(t)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	got := map[string]float64{}
@@ -49,9 +47,7 @@ func TestSeriesAtZeroOnStart(t *testing.T) {
 // With only a port, /metrics listens on every interface (as the Choria Provisioner's
 // ":monitor_port"), so a Prometheus on another host can scrape it; an address narrows it.
 func TestServeBindsAllInterfacesUnlessNarrowed(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	_, err := New(reg, "dc1")
-	require.NoError(t, err)
+	reg := siteRegistry(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -72,4 +68,13 @@ func TestServeBindsAllInterfacesUnlessNarrowed(t *testing.T) {
 	host, _, err = net.SplitHostPort(addr)
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1", host)
+}
+
+// siteRegistry is a fresh registry with the provisioner's series of site dc1 on it.
+func siteRegistry(t *testing.T) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, "dc1")
+	require.NoError(t, err)
+	return reg
 }

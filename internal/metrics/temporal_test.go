@@ -4,16 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 )
 
 func TestTemporalHandlerExportsOnTheRegistry(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	_, err := New(reg, "dc1")
-	require.NoError(t, err)
+	reg := siteRegistry(t)
 	h, stop, err := TemporalHandler(reg, zap.NewNop())
 	require.NoError(t, err)
 	defer stop()

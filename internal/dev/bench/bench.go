@@ -24,6 +24,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/config"
@@ -348,11 +349,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 // It reaches Temporal as the measured provisioner does: the temporal section of its
 // configuration file conf (address, namespace, TLS, API key).
 func historyStats(ctx context.Context, conf string, res *Result) error {
-	cfg, err := config.LoadForOperator(conf)
-	if err != nil {
-		return err
-	}
-	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
+	c, err := dialSite(ctx, conf)
 	if err != nil {
 		return err
 	}
@@ -618,4 +615,14 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%d cores (%s), %.0f GiB", numCPU(), model, mem)
+}
+
+// dialSite reaches Temporal as the measured provisioner does: the temporal section of its
+// configuration file conf (address, namespace, TLS, API key).
+func dialSite(ctx context.Context, conf string) (client.Client, error) {
+	cfg, err := config.LoadForOperator(conf)
+	if err != nil {
+		return nil, err
+	}
+	return service.DialTemporal(ctx, cfg, zap.NewNop())
 }

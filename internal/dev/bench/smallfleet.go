@@ -154,11 +154,7 @@ func smallFleetOnce(ctx context.Context, o SmallFleetOptions, t SmallFleetTarget
 // breakdown prints when the host workflows started after the provisioner did, and per step the
 // mean wait from scheduled to started and the mean execution, from the hosts' histories.
 func breakdown(ctx context.Context, out io.Writer, conf string, began time.Time) error {
-	cfg, err := config.LoadForOperator(conf)
-	if err != nil {
-		return err
-	}
-	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
+	c, err := dialSite(ctx, conf)
 	if err != nil {
 		return err
 	}

@@ -54,23 +54,16 @@ func ExampleHelperCommand(self, brokerURL string, c *Credentials) string {
 // WriteSiteFiles writes the provisioner configuration for an Organization Issuer site made by
 // LoadOrCreateCredentials. An existing codec key is kept.
 func WriteSiteFiles(c *Credentials, o SiteOptions) (*SiteFiles, error) {
-	if o.TaskQueue == "" {
-		o.TaskQueue = "choria-provisioner"
-	}
-	if o.TemporalNamespace == "" {
-		o.TemporalNamespace = "default"
-	}
-	if o.Interval == "" {
-		o.Interval = "1m"
-	}
-	if o.DeferDelay == "" {
-		o.DeferDelay = "10s"
-	}
-	if o.LogLevel == "" {
-		o.LogLevel = "info"
-	}
-	if o.MonitorAddress == "" {
-		o.MonitorAddress = "127.0.0.1"
+	for _, d := range []struct {
+		field *string
+		def   string
+	}{
+		{&o.TaskQueue, "choria-provisioner"}, {&o.TemporalNamespace, "default"}, {&o.Interval, "1m"},
+		{&o.DeferDelay, "10s"}, {&o.LogLevel, "info"}, {&o.MonitorAddress, "127.0.0.1"},
+	} {
+		if *d.field == "" {
+			*d.field = d.def
+		}
 	}
 	f := &SiteFiles{
 		ConfigFile:   filepath.Join(o.Dir, "provisioner.yaml"),

@@ -186,27 +186,19 @@ func pkiReply(o Options, req input) (map[string]any, error) {
 }
 
 func loadCA(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
-	caPEM, err := os.ReadFile(certFile)
+	caPEM, cb, err := readPEM(certFile, "CA certificate")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	block, _ := pem.Decode(caPEM)
-	if block == nil {
-		return nil, nil, nil, errors.New("CA certificate is not PEM")
-	}
-	ca, err := x509.ParseCertificate(block.Bytes)
+	ca, err := x509.ParseCertificate(cb)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	kb, err := os.ReadFile(keyFile)
+	_, kb, err := readPEM(keyFile, "CA key")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	kblock, _ := pem.Decode(kb)
-	if kblock == nil {
-		return nil, nil, nil, errors.New("CA key is not PEM")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
+	k, err := x509.ParsePKCS8PrivateKey(kb)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -215,6 +207,19 @@ func loadCA(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, []b
 		return nil, nil, nil, errors.New("CA key is not ECDSA")
 	}
 	return ca, key, caPEM, nil
+}
+
+// readPEM returns a PEM file's text and its first block's bytes.
+func readPEM(file, what string) ([]byte, []byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, nil, fmt.Errorf("%s is not PEM", what)
+	}
+	return b, block.Bytes, nil
 }
 
 // refused fails an identity of o.Refuse until the operator creates o.FixFile.

@@ -181,49 +181,29 @@ func (h *Host) provision(f *Fleet, rpc *mcorpc.Request, reply *mcorpc.Reply) fun
 		}
 		return true
 	}
-	switch rpc.Action {
-	case "jwt":
-		args := &provision.JWTRequest{}
-		if !mcorpc.ParseRequestData(args, rpc, reply) || !token(args.Token) {
-			return nil
-		}
-		pri, pub, err := choria.ECDHKeyPair()
-		if err != nil {
-			abort(fmt.Sprintf("Could not calculate EDCH keys: %s", err), reply)
-			return nil
-		}
-		h.ecdhPri = pri
-		reply.Data = provision.JWTReply{JWT: string(f.jwt), ECDHPublic: fmt.Sprintf("%x", pub)}
-
-	case "gen25519":
-		args := &provision.ED25519Request{}
-		if !mcorpc.ParseRequestData(args, rpc, reply) || !token(args.Token) {
-			return nil
-		}
-		pub, pri, err := choria.Ed25519KeyPair()
-		if err != nil {
-			abort(fmt.Sprintf("Could not create keypair: %s", err), reply)
-			return nil
-		}
-		sig, err := choria.Ed25519Sign(pri, []byte(args.Nonce))
-		if err != nil {
-			abort(fmt.Sprintf("Could not sign the nonce: %s", err), reply)
-			return nil
-		}
-		// the seed is not kept: a simulated host never connects with it
-		reply.Data = &provision.ED25519Reply{PublicKey: hex.EncodeToString(pub), Signature: hex.EncodeToString(sig), Directory: configDir}
-
-	case "gencsr":
-		args := &provision.CSRRequest{}
-		if !mcorpc.ParseRequestData(args, rpc, reply) || !token(args.Token) {
-			return nil
-		}
-		r, err := h.csr(f, args)
+	// answer makes the reply of an action whose arguments parsed and whose token matched
+	answer := func(data any, err error) {
 		if err != nil {
 			abort(err.Error(), reply)
-			return nil
+			return
 		}
-		reply.Data = r
+		reply.Data = data
+	}
+	switch rpc.Action {
+	case "jwt":
+		if args := (&provision.JWTRequest{}); mcorpc.ParseRequestData(args, rpc, reply) && token(args.Token) {
+			answer(h.jwt(f))
+		}
+
+	case "gen25519":
+		if args := (&provision.ED25519Request{}); mcorpc.ParseRequestData(args, rpc, reply) && token(args.Token) {
+			answer(h.gen25519(args.Nonce))
+		}
+
+	case "gencsr":
+		if args := (&provision.CSRRequest{}); mcorpc.ParseRequestData(args, rpc, reply) && token(args.Token) {
+			answer(h.csr(f, args))
+		}
 
 	case "configure":
 		return h.configure(f, rpc, reply, token)
@@ -404,6 +384,30 @@ func (h *Host) decryptKeyLocked(key, provisionerPub string) ([]byte, error) {
 
 // csr makes a key and a CSR as go-choria's gencsr does: CN from the request or the identity,
 // C, L, O and OU when given (go-choria ignores ST), SHA256WithRSA.
+// jwt answers choria_provision#jwt: the provisioning JWT and a new ECDH public key.
+func (h *Host) jwt(f *Fleet) (*provision.JWTReply, error) {
+	pri, pub, err := choria.ECDHKeyPair()
+	if err != nil {
+		return nil, fmt.Errorf("Could not calculate EDCH keys: %s", err)
+	}
+	h.ecdhPri = pri
+	return &provision.JWTReply{JWT: string(f.jwt), ECDHPublic: fmt.Sprintf("%x", pub)}, nil
+}
+
+// gen25519 answers choria_provision#gen25519: a new key pair's public key and its signature of
+// the nonce. The seed is not kept: a simulated host never connects with it.
+func (h *Host) gen25519(nonce string) (*provision.ED25519Reply, error) {
+	pub, pri, err := choria.Ed25519KeyPair()
+	if err != nil {
+		return nil, fmt.Errorf("Could not create keypair: %s", err)
+	}
+	sig, err := choria.Ed25519Sign(pri, []byte(nonce))
+	if err != nil {
+		return nil, fmt.Errorf("Could not sign the nonce: %s", err)
+	}
+	return &provision.ED25519Reply{PublicKey: hex.EncodeToString(pub), Signature: hex.EncodeToString(sig), Directory: configDir}, nil
+}
+
 func (h *Host) csr(f *Fleet, args *provision.CSRRequest) (*provision.CSRReply, error) {
 	if args.CN == "" {
 		args.CN = h.Identity
@@ -521,17 +525,25 @@ func (discard) Panic(...any)          {}
 func (discard) Panicf(string, ...any) {}
 func (discard) Panicln(...any)        {}
 
+// beginRestart marks the host as going away; false when it already is (a second restart or
+// shutdown request while the first waits out its splay is a no-op, as in go-choria).
+func (h *Host) beginRestart() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.restarting {
+		return false
+	}
+	h.restarting = true
+	return true
+}
+
 // restart is go-choria's restart: a shutdown event, the splay, then the process again. Into its
 // written configuration (leaving provisioning mode, a startup event as a server) when configured
 // is true, else (after release_update) back into provisioning mode with a new process's state.
 func (f *Fleet) restart(h *Host, splay time.Duration, configured bool) {
-	h.mu.Lock()
-	if h.restarting {
-		h.mu.Unlock()
+	if !h.beginRestart() {
 		return
 	}
-	h.restarting = true
-	h.mu.Unlock()
 	f.event(h, lifecycle.Shutdown, provisionComponent)
 	if f.opts.NoRestartSplay {
 		splay = 0
@@ -556,13 +568,9 @@ func (f *Fleet) restart(h *Host, splay time.Duration, configured bool) {
 
 // shutdown is go-choria's restartViaExit: after the splay a shutdown event, then the process ends.
 func (f *Fleet) shutdown(h *Host, splay time.Duration) {
-	h.mu.Lock()
-	if h.restarting {
-		h.mu.Unlock()
+	if !h.beginRestart() {
 		return
 	}
-	h.restarting = true
-	h.mu.Unlock()
 	if f.opts.NoRestartSplay {
 		splay = 0
 	}
