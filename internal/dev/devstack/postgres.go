@@ -172,16 +172,8 @@ func (p *Postgres) tail() string {
 
 // Stop shuts the cluster down (fast shutdown, then SIGKILL after 20 s) and removes its directory.
 func (p *Postgres) Stop() {
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-		p.cmd = nil
-	}
+	stopProcess(p.cmd, p.done, syscall.SIGINT, 20*time.Second)
+	p.cmd = nil
 	if p.log != nil {
 		p.log.Close()
 	}
@@ -371,16 +363,8 @@ func (s *SQLTemporal) start(ctx context.Context) error {
 
 // Stop stops the server (SIGTERM, SIGKILL after 15 s), then PostgreSQL.
 func (s *SQLTemporal) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-			<-s.done
-		}
-		s.cmd = nil
-	}
+	stopProcess(s.cmd, s.done, syscall.SIGTERM, 15*time.Second)
+	s.cmd = nil
 	if s.log != nil {
 		s.log.Close()
 	}
@@ -588,4 +572,19 @@ func (s *SQLTemporal) PID() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// stopProcess signals cmd (started in its own process group) and waits for its exit on done,
+// killing the group if it has not stopped within grace. A nil or unstarted cmd is a no-op.
+func stopProcess(cmd *exec.Cmd, done <-chan error, sig syscall.Signal, grace time.Duration) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
 }

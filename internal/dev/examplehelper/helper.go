@@ -11,6 +11,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -186,40 +187,19 @@ func pkiReply(o Options, req input) (map[string]any, error) {
 }
 
 func loadCA(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
-	caPEM, cb, err := readPEM(certFile, "CA certificate")
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile) // parses both PEMs and checks they match
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("CA: %w", err)
 	}
-	ca, err := x509.ParseCertificate(cb)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	_, kb, err := readPEM(keyFile, "CA key")
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	k, err := x509.ParsePKCS8PrivateKey(kb)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	key, ok := k.(*ecdsa.PrivateKey)
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
 	if !ok {
 		return nil, nil, nil, errors.New("CA key is not ECDSA")
 	}
-	return ca, key, caPEM, nil
-}
-
-// readPEM returns a PEM file's text and its first block's bytes.
-func readPEM(file, what string) ([]byte, []byte, error) {
-	b, err := os.ReadFile(file)
+	caPEM, err := os.ReadFile(certFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return nil, nil, fmt.Errorf("%s is not PEM", what)
-	}
-	return b, block.Bytes, nil
+	return pair.Leaf, key, caPEM, nil
 }
 
 // refused fails an identity of o.Refuse until the operator creates o.FixFile.
