@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +45,7 @@ func (e *env) provisionFleetSim(count int, args ...string) fleetsim.Status {
 	start := time.Now()
 	e.provisioner("replica-a")
 	st := waitSimRestarted(e.t, status, count, 60*time.Second)
-	e.t.Logf("%d simulated hosts (%s) provisioned in %v", count, strings.Join(args, " "), time.Since(start).Round(10*time.Millisecond))
+	e.t.Logf("%d simulated hosts %v provisioned in %v", count, args, time.Since(start).Round(10*time.Millisecond))
 	return st
 }
 
