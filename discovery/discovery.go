@@ -497,6 +497,7 @@ func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt 
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes:    workflows.StartSearchAttributes(in),
+		WorkflowTaskTimeout:      workflows.TaskTimeout(in),
 	}
 	_, err := d.starter.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	if err != nil {

@@ -177,6 +177,19 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.EventDiscovered.WithLabelValues("lab")))
 }
 
+// A fast-mode run gets a workflow task timeout its one task of local activities can keep under
+// load; a regular run keeps Temporal's default.
+func TestFastModeRunsGetALongerTaskTimeout(t *testing.T) {
+	s := &recordingStarter{}
+	d, _ := newTestDiscoverer(t, s)
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceEvent, time.Now()))
+	d.opts.Input.Fast = true
+	require.NoError(t, d.Sighted(context.Background(), "n2", workflows.SourceEvent, time.Now()))
+	require.Len(t, s.calls, 2)
+	require.Zero(t, s.calls[0].WorkflowTaskTimeout)
+	require.Equal(t, workflows.FastModeTaskTimeout, s.calls[1].WorkflowTaskTimeout)
+}
+
 func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	completed := func(at time.Time) *workflowpb.WorkflowExecutionInfo {

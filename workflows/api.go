@@ -105,6 +105,22 @@ func StartSearchAttributes(in ProvisionInput) temporal.SearchAttributes {
 	return temporal.NewSearchAttributes(IdentityKey.ValueSet(in.Identity), SiteKey.ValueSet(in.Site), OutcomeKey.ValueSet(OutcomeRunning))
 }
 
+// FastModeTaskTimeout is the workflow task timeout of a fast-mode run. Its one workflow task runs
+// every step as a local activity; under load a task that overran Temporal's default 10 s (before
+// the SDK's heartbeat at 80 % of it reached the server) was timed out and its next attempt ran
+// the steps again, configure included (2,810 hosts configured twice at 50,000 hosts in
+// docs/performance.md). The price: a worker killed mid-host leaves its fast-mode hosts for this
+// long before another worker runs them again.
+const FastModeTaskTimeout = 30 * time.Second
+
+// TaskTimeout is the workflow task timeout a run of in is started with (0: Temporal's default).
+func TaskTimeout(in ProvisionInput) time.Duration {
+	if in.Fast {
+		return FastModeTaskTimeout
+	}
+	return 0
+}
+
 // SearchAttributeNames lists the custom search attributes to register on a namespace.
 func SearchAttributeNames() []string {
 	return []string{IdentityKey.GetName(), SiteKey.GetName(), StepKey.GetName(), OutcomeKey.GetName()}

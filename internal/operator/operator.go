@@ -291,6 +291,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    workflows.StartSearchAttributes(in),
+		WorkflowTaskTimeout:                      workflows.TaskTimeout(in),
 	}, workflows.WorkflowName, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
