@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -130,17 +132,17 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		dbFile = filepath.Join(o.Dir, "temporal.db")
 	}
 	if s.TemporalAddress == "" {
-		if o.TemporalPort == 0 {
-			if o.TemporalPort, err = FreePort(); err != nil {
-				return nil, err
-			}
-		}
+		// a zero port is chosen by StartTemporal (another one if the first is taken meanwhile)
 		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint, DynamicConfig: o.TemporalDynamicConfig}
 		s.Temporal, err = StartTemporal(ctx, s.temporalOpts)
 		if err != nil {
 			return nil, err
 		}
 		s.TemporalAddress = s.Temporal.FrontendHostPort()
+		// RestartTemporal comes back on the same port
+		_, port, _ := net.SplitHostPort(s.TemporalAddress)
+		s.temporalOpts.Port, _ = strconv.Atoi(port)
+		s.Opts.TemporalPort = s.temporalOpts.Port
 	}
 
 	if err := s.startBroker(brokerPort); err != nil {

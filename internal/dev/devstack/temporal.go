@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -62,21 +63,37 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	if o.Namespace == "" {
 		o.Namespace = "default"
 	}
-	if o.Port == 0 {
-		p, err := FreePort()
-		if err != nil {
+	if o.Port != 0 {
+		return startTemporal(ctx, o)
+	}
+	// a port FreePort found free can be taken again before the server binds it (the tests pick
+	// many): a server that never came up gets one more try on another port
+	var err error
+	for try := 0; try < 2; try++ {
+		if o.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
-		o.Port = p
+		var srv *testsuite.DevServer
+		if srv, err = startTemporal(ctx, o); err == nil {
+			return srv, nil
+		}
 	}
+	return nil, err
+}
+
+func startTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer, error) {
+	out := &tailWriter{max: 4096}
 	opts := testsuite.DevServerOptions{
 		ExistingPath:  o.Binary,
 		ClientOptions: &client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", o.Port), Namespace: o.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))},
 		DBFilename:    o.DBFile,
 		EnableUI:      o.UI,
 		LogLevel:      "error",
-		Stdout:        o.Output,
-		Stderr:        o.Output,
+		Stdout:        out,
+		Stderr:        out,
+	}
+	if o.Output != nil {
+		opts.Stdout, opts.Stderr = io.MultiWriter(o.Output, out), io.MultiWriter(o.Output, out)
 	}
 	if o.UI && o.UIPort != 0 {
 		opts.UIPort = fmt.Sprint(o.UIPort)
@@ -95,12 +112,9 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	for _, kv := range append([]string{"system.enableActivityEagerExecution=true"}, o.DynamicConfig...) {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--dynamic-config-value", kv)
 	}
-	if opts.Stdout == nil {
-		opts.Stdout, opts.Stderr = io.Discard, io.Discard
-	}
 	srv, err := testsuite.StartDevServer(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("starting Temporal dev server: %w", err)
+		return nil, fmt.Errorf("starting Temporal dev server on port %d: %w; its last output: %q", o.Port, err, out.String())
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -109,4 +123,28 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 		return nil, err
 	}
 	return srv, nil
+}
+
+// tailWriter keeps the last max bytes written to it: the dev server's last words when it fails
+// to start.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
