@@ -37,11 +37,16 @@ start)
   echo "dockerd did not answer on $sock in 60 s:" >&2; tail -20 "$state/dockerd.log" >&2; exit 1
   ;;
 stop)
-  running || exit 0
-  pid="$(cat "$pidfile")"
-  kill -TERM "$pid"
-  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.5; done
-  kill -KILL "$pid" 2>/dev/null || true
+  if running; then
+    pid="$(cat "$pidfile")"
+    kill -TERM "$pid"
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  # the engine leaves its network namespace mounted; unmounted, make clean can remove .state
+  for ns in "$state"/exec/netns/*; do
+    if mountpoint -q "$ns" 2>/dev/null; then umount "$ns" 2>/dev/null || true; fi
+  done
   ;;
 env)
   echo "export DOCKER_HOST=$DOCKER_HOST"
