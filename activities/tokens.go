@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -45,101 +44,59 @@ func (s *ServerJWTSigner) Sign(in SignInput) (Signed, error) {
 	if s.Now != nil {
 		now = s.Now
 	}
-	pk, err := hex.DecodeString(in.PublicKey)
-	if err != nil || len(pk) != ed25519.PublicKeySize {
-		return Signed{}, fmt.Errorf("%w: server public key %q is not a hex ed25519 key", ErrSigning, in.PublicKey)
-	}
-
-	org := "choria"
-	validity := s.DefaultValidity
-	collectives := []string{"mcollective"}
-	var pubSubs []string
-	var perms *tokens.ServerPermissions
-
-	// go-choria defaults to the choria collective with protocol v2 security
-	if in.Config["plugin.security.provider"] == "choria" {
-		collectives = []string{"choria"}
-	}
-	if cc, ok := in.Config["collectives"]; ok && cc != "" {
-		collectives = splitList(cc)
-	}
-	if c := in.Claims; c != nil {
-		if c.OrganizationUnit != "" {
-			org = c.OrganizationUnit
-		}
-		if c.ExpiresAt != nil && !c.ExpiresAt.IsZero() {
-			validity = c.ExpiresAt.Time.Sub(now())
-		}
-		if len(c.Collectives) > 0 {
-			collectives = c.Collectives
-		}
-		pubSubs = c.AdditionalPublishSubjects
-		perms = c.Permissions
-	}
-	// as the Choria Provisioner: an expiry within the hour (or in the past) means "use the default"
-	if validity <= time.Hour {
-		validity = s.DefaultValidity
-	}
-	for _, c := range collectives {
-		if c == "" || strings.ContainsAny(c, ".>* \t") {
-			return Signed{}, fmt.Errorf("%w: server_claims collective %q is not a valid name", ErrSigning, c)
-		}
-	}
-	if !nameRe.MatchString(org) {
-		return Signed{}, fmt.Errorf("%w: server_claims ou %q is not a valid organization unit", ErrSigning, org)
-	}
-	for _, subj := range pubSubs {
-		if subj == "" || strings.ContainsAny(subj, " \t\r\n") || subj == ">" || strings.HasPrefix(subj, ">") || strings.HasPrefix(subj, "*.>") {
-			return Signed{}, fmt.Errorf("%w: server_claims pub_subjects entry %q is not an allowed subject", ErrSigning, subj)
-		}
-	}
-
-	claims, err := tokens.NewServerClaims(in.Identity, collectives, org, perms, pubSubs, pk, "Choria Provisioner", validity)
+	claims, err := s.claims(in, now())
 	if err != nil {
-		return Signed{}, fmt.Errorf("%w: %v", ErrSigning, err)
+		return Signed{}, err
 	}
 	out := Signed{}
 	if claims.ExpiresAt != nil {
 		out.Asked = claims.ExpiresAt.Time
 	}
-
 	if s.SigningToken != "" {
-		t, err := os.ReadFile(s.SigningToken)
-		if err != nil {
-			return Signed{}, fmt.Errorf("%w: reading jwt_signing_token: %v", ErrSigning, err)
-		}
-		signer, err := tokens.ParseClientIDTokenUnverified(strings.TrimSpace(string(t)))
-		if err != nil {
-			return Signed{}, fmt.Errorf("%w: parsing jwt_signing_token: %v", ErrSigning, err)
-		}
-		if signer.TrustChainSignature == "" {
-			return Signed{}, fmt.Errorf("%w: %w", ErrSigning, ErrNoChainSignature)
-		}
-		// a token chained to an expired signer expires with it: the broker would refuse it
-		if signer.ExpiresAt != nil && !signer.ExpiresAt.After(now()) {
-			return Signed{}, fmt.Errorf("%w: %w at %s", ErrSigning, ErrSignerExpired, signer.ExpiresAt.UTC().Format(time.RFC3339))
-		}
-		seed, err := readSeed(s.SigningKey)
-		if err != nil {
+		if err := s.chain(claims, now(), &out); err != nil {
 			return Signed{}, err
 		}
-		// go-choria ends the chained token when the signer's ends, if that is earlier
-		if err := claims.AddChainIssuerData(signer, seed); err != nil {
-			return Signed{}, fmt.Errorf("%w: chain issuer data: %v", ErrSigning, err)
-		}
-		// ends with the signer token: capped (or asked for that very second, which the
-		// timeline, reading exp and issexp, reports alike)
-		if claims.ExpiresAt != nil && !claims.ExpiresAt.Time.After(out.Asked) && claims.ExpiresAt.Equal(claims.IssuerExpiresAt.Time) {
-			out.CappedAt = claims.ExpiresAt.Time
-		}
 	}
-
 	signed, err := tokens.SignTokenWithKeyFile(claims, s.SigningKey)
 	if err != nil {
 		return Signed{}, fmt.Errorf("%w: %v", ErrSigning, err)
 	}
 	out.JWT = signed
 	return out, nil
+}
+
+// chain chains the claims to jwt_signing_token, as go-choria does: the token then ends when the
+// signer's ends, if that is earlier (out.CappedAt says so). Only an expired or unchained signer
+// is refused.
+func (s *ServerJWTSigner) chain(claims *tokens.ServerClaims, now time.Time, out *Signed) error {
+	t, err := os.ReadFile(s.SigningToken)
+	if err != nil {
+		return fmt.Errorf("%w: reading jwt_signing_token: %v", ErrSigning, err)
+	}
+	signer, err := tokens.ParseClientIDTokenUnverified(strings.TrimSpace(string(t)))
+	if err != nil {
+		return fmt.Errorf("%w: parsing jwt_signing_token: %v", ErrSigning, err)
+	}
+	if signer.TrustChainSignature == "" {
+		return fmt.Errorf("%w: %w", ErrSigning, ErrNoChainSignature)
+	}
+	// a token chained to an expired signer expires with it: the broker would refuse it
+	if signer.ExpiresAt != nil && !signer.ExpiresAt.After(now) {
+		return fmt.Errorf("%w: %w at %s", ErrSigning, ErrSignerExpired, signer.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	seed, err := readSeed(s.SigningKey)
+	if err != nil {
+		return err
+	}
+	if err := claims.AddChainIssuerData(signer, seed); err != nil {
+		return fmt.Errorf("%w: chain issuer data: %v", ErrSigning, err)
+	}
+	// ends with the signer token: capped (or asked for that very second, which the timeline,
+	// reading exp and issexp, reports alike)
+	if claims.ExpiresAt != nil && !claims.ExpiresAt.Time.After(out.Asked) && claims.ExpiresAt.Equal(claims.IssuerExpiresAt.Time) {
+		out.CappedAt = claims.ExpiresAt.Time
+	}
+	return nil
 }
 
 // SignerCappedExpiry reads a signed server JWT's expiry, without verifying it, and reports whether
@@ -164,8 +121,6 @@ func SignerCappedExpiry(raw string) (time.Time, bool) {
 	return c.Exp.Time, c.Exp.Time.Equal(c.IssExp.Time)
 }
 
-var nameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
-
 func readSeed(file string) (ed25519.PrivateKey, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -176,14 +131,4 @@ func readSeed(file string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("%w: jwt_signing_key is not a hex ed25519 seed", ErrSigning)
 	}
 	return ed25519.NewKeyFromSeed(seed), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
