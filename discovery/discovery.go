@@ -366,7 +366,7 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		// a run that closes at its restart RPC (no restart grace) leaves the server answering in
 		// provisioning mode for up to splay+2 s more: a sweep begun in that window is an echo
-		if !info.GetCloseTime().AsTime().Add(d.restartWindow()).After(seenAt) {
+		if !info.GetCloseTime().AsTime().Add(workflows.RestartWindow(d.opts.Input.RestartSplay)).After(seenAt) {
 			return startRun
 		}
 		var res workflows.ProvisionResult
@@ -383,16 +383,6 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 		return staleSeen
 	}
 	return startRun
-}
-
-// restartWindow is how long after its run closed a restarted server may still answer in
-// provisioning mode.
-func (d *Discoverer) restartWindow() time.Duration {
-	splay := d.opts.Input.RestartSplay
-	if splay <= 0 {
-		splay = workflows.DefaultRestartSplay
-	}
-	return time.Duration(splay)*time.Second + workflows.ServerRestartDelay
 }
 
 // keyword reads a keyword search attribute from a run's description ("" when unset).

@@ -275,7 +275,16 @@ func (r ProvisionResult) LeftProvisioningBy() time.Time {
 	if r.RestartedAt.IsZero() {
 		return time.Time{}
 	}
-	return r.RestartedAt.Add(time.Duration(r.RestartSplay)*time.Second + ServerRestartDelay)
+	return r.RestartedAt.Add(RestartWindow(r.RestartSplay))
+}
+
+// RestartWindow is how long after a restart RPC asking for splay seconds (0: the default) the
+// server may still answer in provisioning mode.
+func RestartWindow(splay int) time.Duration {
+	if splay <= 0 {
+		splay = DefaultRestartSplay
+	}
+	return time.Duration(splay)*time.Second + ServerRestartDelay
 }
 
 // ErrInvalidIdentity is returned for identities that cannot be a Choria identity.
