@@ -29,7 +29,6 @@ import (
 	"github.com/choria-io/go-choria/lifecycle"
 	"github.com/choria-io/go-choria/protocol"
 	v1 "github.com/choria-io/go-choria/protocol/v1"
-	v2 "github.com/choria-io/go-choria/protocol/v2"
 	cs "github.com/choria-io/go-choria/providers/security/choria"
 	"github.com/choria-io/go-choria/providers/security/filesec"
 	"github.com/choria-io/tokens"
@@ -288,16 +287,8 @@ func (f *Fleet) decode(data []byte) (protocol.Request, string, wire, error) {
 		return req, tm.ReplyTo(), w, err
 	}
 	w := wire{sec: f.security}
-	tm, err := v2.NewTransportFromJSON(data)
-	if err != nil {
-		return nil, "", w, err
-	}
-	sreq, err := v2.NewSecureRequestFromTransport(tm, w.sec, true)
-	if err != nil {
-		return nil, "", w, err
-	}
-	req, err := v2.NewRequestFromSecureRequest(sreq)
-	return req, tm.ReplyTo(), w, err
+	req, replyTo, err := decodeV2(data)
+	return req, replyTo, w, err
 }
 
 func (f *Fleet) handle(m *nats.Msg) {
@@ -340,31 +331,19 @@ func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string, w wire) {
 }
 
 func (f *Fleet) encode(h *Host, req protocol.Request, body []byte, w wire) ([]byte, error) {
-	var (
-		rep  protocol.Reply
-		srep protocol.SecureReply
-		tm   protocol.TransportMessage
-		err  error
-	)
-	if w.v1 {
-		if rep, err = v1.NewReply(req, h.Identity); err != nil {
-			return nil, err
-		}
-		rep.SetMessage(body)
-		if srep, err = v1.NewSecureReply(rep, w.sec); err != nil {
-			return nil, err
-		}
-		tm, err = v1.NewTransportMessage(h.Identity)
-	} else {
-		if rep, err = v2.NewReply(req, h.Identity); err != nil {
-			return nil, err
-		}
-		rep.SetMessage(body)
-		if srep, err = v2.NewSecureReply(rep, w.sec); err != nil {
-			return nil, err
-		}
-		tm, err = v2.NewTransportMessage(h.Identity)
+	if !w.v1 {
+		return encodeV2(req, h.Identity, body, w.sec)
 	}
+	rep, err := v1.NewReply(req, h.Identity)
+	if err != nil {
+		return nil, err
+	}
+	rep.SetMessage(body)
+	srep, err := v1.NewSecureReply(rep, w.sec)
+	if err != nil {
+		return nil, err
+	}
+	tm, err := v1.NewTransportMessage(h.Identity)
 	if err != nil {
 		return nil, err
 	}
