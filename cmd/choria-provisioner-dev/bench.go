@@ -28,6 +28,7 @@ type benchCommand struct {
 	mdFile         string
 	env            []string
 	devArgs        []string
+	simArgs        []string
 	merge          []string
 }
 
@@ -47,6 +48,7 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("original-workers", "The Choria Provisioner's workers (0: its default, the number of CPUs)").IntVar(&b.originalWorker)
 	cmd.Flag("variant", "Label of this run in the results (e.g. before-shared-connection)").StringVar(&b.variant)
 	cmd.Flag("env", "PROVISIONER_KEY=VALUE for the provisioner in every scenario (repeatable; tuning experiments)").StringsVar(&b.env)
+	cmd.Flag("sim-arg", "Extra fleet-sim flag in every scenario (repeatable), e.g. --sim-arg=--go-choria-wire").StringsVar(&b.simArgs)
 	cmd.Flag("dev-arg", "Extra dev stack flag in every scenario (repeatable), e.g. --dev-arg=--temporal-dynamic-config=KEY=JSON").StringsVar(&b.devArgs)
 	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
@@ -107,6 +109,7 @@ func (b *benchCommand) run(ctx context.Context) error {
 		}
 		sc.Env = append(append([]string{}, sc.Env...), b.env...)
 		sc.DevArgs = append(append([]string{}, sc.DevArgs...), b.devArgs...)
+		sc.SimArgs = append(append([]string{}, sc.SimArgs...), b.simArgs...)
 		return sc
 	}
 	var results []*bench.Result

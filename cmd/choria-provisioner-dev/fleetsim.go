@@ -37,6 +37,7 @@ func (f *fleetSimCommand) register(app *fisk.Application) {
 	cmd.Flag("key-pool", "gencsr shares this many RSA keys among all servers (0: a fresh 2048-bit key per CSR, as real servers)").Default("0").IntVar(&f.opts.KeyPool)
 	cmd.Flag("scratch-dir", "Where release_update downloads releases (removed after each)").StringVar(&f.opts.ScratchDir)
 	cmd.Flag("no-restart-splay", "Restart at once instead of after go-choria's 2-11 s splay").UnNegatableBoolVar(&f.opts.NoRestartSplay)
+	cmd.Flag("go-choria-wire", "Read and write protocol v2 messages with go-choria's constructors, compiling its JSON schemas for every message as a server does (~5x the CPU)").UnNegatableBoolVar(&f.opts.GoChoriaWire)
 	cmd.Flag("status", "Write the fleet's state to this file every 500 ms").StringVar(&f.status)
 }
 

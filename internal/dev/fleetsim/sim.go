@@ -74,6 +74,11 @@ type Options struct {
 	ScratchDir string
 	// NoRestartSplay restarts at once instead of after the server's 2-11 s splay (benchmarks).
 	NoRestartSplay bool
+	// GoChoriaWire reads and writes protocol v2 messages with go-choria's constructors, which
+	// compile the protocol's JSON schemas again for every message as a go-choria 0.30.2 server
+	// does (wire.go): ~5x the simulator's CPU per host. The bench's simulator did this until
+	// issue #11's last round; its table was measured so.
+	GoChoriaWire bool
 }
 
 // Host is one simulated server.
@@ -287,6 +292,10 @@ func (f *Fleet) decode(data []byte) (protocol.Request, string, wire, error) {
 		return req, tm.ReplyTo(), w, err
 	}
 	w := wire{sec: f.security}
+	if f.opts.GoChoriaWire {
+		req, replyTo, err := decodeV2GoChoria(data, w.sec)
+		return req, replyTo, w, err
+	}
 	req, replyTo, err := decodeV2(data)
 	return req, replyTo, w, err
 }
@@ -331,7 +340,10 @@ func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string, w wire) {
 }
 
 func (f *Fleet) encode(h *Host, req protocol.Request, body []byte, w wire) ([]byte, error) {
-	if !w.v1 {
+	switch {
+	case !w.v1 && f.opts.GoChoriaWire:
+		return encodeV2GoChoria(req, h.Identity, body, w.sec)
+	case !w.v1:
 		return encodeV2(req, h.Identity, body, w.sec)
 	}
 	rep, err := v1.NewReply(req, h.Identity)

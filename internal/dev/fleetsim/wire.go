@@ -75,3 +75,38 @@ func encodeV2(req protocol.Request, sender string, body []byte, sec inter.Securi
 	}
 	return json.Marshal(&v2.TransportMessage{Protocol: protocol.TransportV2, Data: sj, Headers: &v2.TransportHeaders{Sender: sender}})
 }
+
+// decodeV2GoChoria is decodeV2 with go-choria's constructors (Options.GoChoriaWire).
+func decodeV2GoChoria(data []byte, sec inter.SecurityProvider) (protocol.Request, string, error) {
+	tm, err := v2.NewTransportFromJSON(data)
+	if err != nil {
+		return nil, "", err
+	}
+	sreq, err := v2.NewSecureRequestFromTransport(tm, sec, true)
+	if err != nil {
+		return nil, "", err
+	}
+	req, err := v2.NewRequestFromSecureRequest(sreq)
+	return req, tm.ReplyTo(), err
+}
+
+// encodeV2GoChoria is encodeV2 with go-choria's constructors (Options.GoChoriaWire).
+func encodeV2GoChoria(req protocol.Request, sender string, body []byte, sec inter.SecurityProvider) ([]byte, error) {
+	rep, err := v2.NewReply(req, sender)
+	if err != nil {
+		return nil, err
+	}
+	rep.SetMessage(body)
+	srep, err := v2.NewSecureReply(rep, sec)
+	if err != nil {
+		return nil, err
+	}
+	tm, err := v2.NewTransportMessage(sender)
+	if err != nil {
+		return nil, err
+	}
+	if err := tm.SetReplyData(srep); err != nil {
+		return nil, err
+	}
+	return tm.JSON()
+}

@@ -36,14 +36,10 @@ func TestDecodeV2ReadsAsGoChoria(t *testing.T) {
 
 	f, err := newFleetForTest(Options{})
 	require.NoError(t, err)
-	tm, err := v2.NewTransportFromJSON(data)
-	require.NoError(t, err)
-	sreq, err := v2.NewSecureRequestFromTransport(tm, f.security, true)
-	require.NoError(t, err)
-	want, err := v2.NewRequestFromSecureRequest(sreq)
+	want, wantReplyTo, err := decodeV2GoChoria(data, f.security)
 	require.NoError(t, err)
 
-	require.Equal(t, tm.ReplyTo(), replyTo)
+	require.Equal(t, wantReplyTo, replyTo)
 	require.Equal(t, "_INBOX.reply.1", replyTo)
 	for _, field := range []struct{ got, want string }{
 		{got.RequestID(), want.RequestID()}, {got.Agent(), want.Agent()}, {got.CallerID(), want.CallerID()},
@@ -102,15 +98,7 @@ func TestEncodeV2WritesAsGoChoria(t *testing.T) {
 	require.JSONEq(t, string(body), string(rep.Message()))
 
 	// go-choria's own encoding of the same reply: the same keys at every level
-	grep, err := v2.NewReply(req, "sim-00001.example")
-	require.NoError(t, err)
-	grep.SetMessage(body)
-	gsrep, err := v2.NewSecureReply(grep, f.security)
-	require.NoError(t, err)
-	gtm, err := v2.NewTransportMessage("sim-00001.example")
-	require.NoError(t, err)
-	require.NoError(t, gtm.SetReplyData(gsrep))
-	gout, err := gtm.JSON()
+	gout, err := encodeV2GoChoria(req, "sim-00001.example", body, f.security)
 	require.NoError(t, err)
 	require.Equal(t, keysOf(t, gout, "data", "reply"), keysOf(t, out, "data", "reply"))
 }
