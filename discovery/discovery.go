@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	choriaclient "github.com/choria-io/go-choria/client/client"
@@ -64,6 +65,8 @@ type Discoverer struct {
 	// its own connected four times before it could publish
 	conn   inter.Connector
 	connMu sync.Mutex
+	// queued counts the startup events waiting for a goroutine (eagerStart)
+	queued atomic.Int64
 }
 
 // New makes a Discoverer over a Choria client framework on the provisioning collective.
@@ -101,6 +104,7 @@ func (d *Discoverer) Run(ctx context.Context) error {
 					case <-ctx.Done():
 						return
 					case ev := <-queue:
+						d.queued.Add(-1)
 						d.handleEvent(ctx, ev.data, ev.at)
 					}
 				}
@@ -109,6 +113,7 @@ func (d *Discoverer) Run(ctx context.Context) error {
 		sub, err := nc.QueueSubscribe(StartupSubject(d.opts.Component), EventQueueGroup, func(m *nats.Msg) {
 			select {
 			case queue <- receivedEvent{data: m.Data, at: d.now().UTC()}:
+				d.queued.Add(1)
 			default:
 				// bounded: the next sweep finds the host
 				d.log.Warn("startup event queue full, dropping an event", zap.Int("queue", EventQueueSize))
@@ -473,6 +478,16 @@ func (d *Discoverer) sighted(ctx context.Context, identity, source string, seenA
 	return true, d.start(ctx, identity, source, seenAt)
 }
 
+// eagerStart says whether a run starts with its first workflow task handed to this process's
+// worker in the start's response (when it has a free slot), skipping a dispatch through
+// Temporal's matching service and a history write: only for a startup event that arrived alone.
+// Hosts found together (a sweep, a burst of events) start through the task queue, which then
+// paces them: started eagerly, the 10,000 hosts of a burst were all at work in this process at
+// once, its memory five times as large and its first minute's rate a tenth (docs/performance.md).
+func (d *Discoverer) eagerStart(source string) bool {
+	return source == workflows.SourceEvent && d.queued.Load() == 0
+}
+
 // start hands a sighting to Temporal: a new run of the host's workflow, or nothing when one is
 // open (a signal would cost the open run a history event and a workflow task, and tell it nothing).
 func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt time.Time) error {
@@ -488,10 +503,7 @@ func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt 
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes:    workflows.StartSearchAttributes(in),
 		WorkflowTaskTimeout:      workflows.TaskTimeout(in),
-		// a worker in this process with a free slot gets the run's first workflow task in the
-		// start's response, skipping a dispatch through Temporal's matching service and a
-		// history write (docs/performance.md); without one the start is as before
-		EnableEagerStart: true,
+		EnableEagerStart:         d.eagerStart(source),
 	}
 	_, err := d.starter.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	if err != nil {

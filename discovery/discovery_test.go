@@ -177,6 +177,22 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.EventDiscovered.WithLabelValues("lab")))
 }
 
+// Only a startup event that arrived alone starts eagerly in this process; one with events
+// queued behind it, and a sweep's sightings, start through the task queue.
+func TestEagerStartOnlyForALoneEvent(t *testing.T) {
+	s := &recordingStarter{}
+	d, _ := newTestDiscoverer(t, s)
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceEvent, time.Now()))
+	d.queued.Store(3)
+	require.NoError(t, d.Sighted(context.Background(), "n2", workflows.SourceEvent, time.Now()))
+	d.queued.Store(0)
+	require.NoError(t, d.Sighted(context.Background(), "n3", workflows.SourceDiscovery, time.Now()))
+	require.Len(t, s.calls, 3)
+	require.True(t, s.calls[0].EnableEagerStart)
+	require.False(t, s.calls[1].EnableEagerStart, "events were waiting")
+	require.False(t, s.calls[2].EnableEagerStart, "a sweep")
+}
+
 // A fast-mode run gets a workflow task timeout its one task of local activities can keep under
 // load; a regular run keeps Temporal's default.
 func TestFastModeRunsGetALongerTaskTimeout(t *testing.T) {
