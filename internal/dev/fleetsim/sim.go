@@ -28,7 +28,6 @@ import (
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/lifecycle"
 	"github.com/choria-io/go-choria/protocol"
-	v1 "github.com/choria-io/go-choria/protocol/v1"
 	cs "github.com/choria-io/go-choria/providers/security/choria"
 	"github.com/choria-io/go-choria/providers/security/filesec"
 	"github.com/choria-io/tokens"
@@ -280,20 +279,12 @@ func (f *Fleet) decode(data []byte) (protocol.Request, string, wire, error) {
 	}
 	if head.Protocol == string(protocol.TransportV1) {
 		w := wire{v1: true, sec: f.securityV1}
-		tm, err := v1.NewTransportFromJSON(data)
-		if err != nil {
-			return nil, "", w, err
-		}
-		sreq, err := v1.NewSecureRequestFromTransport(tm, w.sec, true)
-		if err != nil {
-			return nil, "", w, err
-		}
-		req, err := v1.NewRequestFromSecureRequest(sreq)
-		return req, tm.ReplyTo(), w, err
+		req, replyTo, err := decodeGoChoria(goChoriaV1(), data, w.sec)
+		return req, replyTo, w, err
 	}
 	w := wire{sec: f.security}
 	if f.opts.GoChoriaWire {
-		req, replyTo, err := decodeV2GoChoria(data, w.sec)
+		req, replyTo, err := decodeGoChoria(goChoriaV2(), data, w.sec)
 		return req, replyTo, w, err
 	}
 	req, replyTo, err := decodeV2(data)
@@ -341,28 +332,12 @@ func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string, w wire) {
 
 func (f *Fleet) encode(h *Host, req protocol.Request, body []byte, w wire) ([]byte, error) {
 	switch {
-	case !w.v1 && f.opts.GoChoriaWire:
-		return encodeV2GoChoria(req, h.Identity, body, w.sec)
-	case !w.v1:
-		return encodeV2(req, h.Identity, body, w.sec)
+	case w.v1:
+		return encodeGoChoria(goChoriaV1(), req, h.Identity, body, w.sec)
+	case f.opts.GoChoriaWire:
+		return encodeGoChoria(goChoriaV2(), req, h.Identity, body, w.sec)
 	}
-	rep, err := v1.NewReply(req, h.Identity)
-	if err != nil {
-		return nil, err
-	}
-	rep.SetMessage(body)
-	srep, err := v1.NewSecureReply(rep, w.sec)
-	if err != nil {
-		return nil, err
-	}
-	tm, err := v1.NewTransportMessage(h.Identity)
-	if err != nil {
-		return nil, err
-	}
-	if err := tm.SetReplyData(srep); err != nil {
-		return nil, err
-	}
-	return tm.JSON()
+	return encodeV2(req, h.Identity, body, w.sec)
 }
 
 // transientFailure says whether this RPC of a flaky host fails; called with h.mu held.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/protocol"
+	v1 "github.com/choria-io/go-choria/protocol/v1"
 	v2 "github.com/choria-io/go-choria/protocol/v2"
 )
 
@@ -76,32 +77,55 @@ func encodeV2(req protocol.Request, sender string, body []byte, sec inter.Securi
 	return json.Marshal(&v2.TransportMessage{Protocol: protocol.TransportV2, Data: sj, Headers: &v2.TransportHeaders{Sender: sender}})
 }
 
-// decodeV2GoChoria is decodeV2 with go-choria's constructors (Options.GoChoriaWire).
-func decodeV2GoChoria(data []byte, sec inter.SecurityProvider) (protocol.Request, string, error) {
-	tm, err := v2.NewTransportFromJSON(data)
+// goChoriaProtocol is one protocol version's go-choria constructors: reading a request,
+// writing a reply.
+type goChoriaProtocol struct {
+	transportJSON func([]byte) (protocol.TransportMessage, error)
+	secureRequest func(protocol.TransportMessage, inter.SecurityProvider, bool) (protocol.SecureRequest, error)
+	request       func(protocol.SecureRequest) (protocol.Request, error)
+	reply         func(protocol.Request, string) (protocol.Reply, error)
+	secure        func(protocol.Reply, inter.SecurityProvider) (protocol.SecureReply, error)
+	transport     func(string) (protocol.TransportMessage, error)
+}
+
+func goChoriaV1() goChoriaProtocol {
+	return goChoriaProtocol{transportJSON: v1.NewTransportFromJSON, secureRequest: v1.NewSecureRequestFromTransport,
+		request: v1.NewRequestFromSecureRequest, reply: v1.NewReply, secure: v1.NewSecureReply, transport: v1.NewTransportMessage}
+}
+
+func goChoriaV2() goChoriaProtocol {
+	return goChoriaProtocol{transportJSON: v2.NewTransportFromJSON, secureRequest: v2.NewSecureRequestFromTransport,
+		request: v2.NewRequestFromSecureRequest, reply: v2.NewReply, secure: v2.NewSecureReply, transport: v2.NewTransportMessage}
+}
+
+// decodeGoChoria reads a request with go-choria's constructors (protocol v1 always, v2 with
+// Options.GoChoriaWire); like decodeV2 it does not verify the caller's signature.
+func decodeGoChoria(c goChoriaProtocol, data []byte, sec inter.SecurityProvider) (protocol.Request, string, error) {
+	tm, err := c.transportJSON(data)
 	if err != nil {
 		return nil, "", err
 	}
-	sreq, err := v2.NewSecureRequestFromTransport(tm, sec, true)
+	sreq, err := c.secureRequest(tm, sec, true)
 	if err != nil {
 		return nil, "", err
 	}
-	req, err := v2.NewRequestFromSecureRequest(sreq)
+	req, err := c.request(sreq)
 	return req, tm.ReplyTo(), err
 }
 
-// encodeV2GoChoria is encodeV2 with go-choria's constructors (Options.GoChoriaWire).
-func encodeV2GoChoria(req protocol.Request, sender string, body []byte, sec inter.SecurityProvider) ([]byte, error) {
-	rep, err := v2.NewReply(req, sender)
+// encodeGoChoria writes a reply with go-choria's constructors: protocol v1 always, v2 with
+// Options.GoChoriaWire.
+func encodeGoChoria(c goChoriaProtocol, req protocol.Request, sender string, body []byte, sec inter.SecurityProvider) ([]byte, error) {
+	rep, err := c.reply(req, sender)
 	if err != nil {
 		return nil, err
 	}
 	rep.SetMessage(body)
-	srep, err := v2.NewSecureReply(rep, sec)
+	srep, err := c.secure(rep, sec)
 	if err != nil {
 		return nil, err
 	}
-	tm, err := v2.NewTransportMessage(sender)
+	tm, err := c.transport(sender)
 	if err != nil {
 		return nil, err
 	}

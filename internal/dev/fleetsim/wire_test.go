@@ -36,7 +36,7 @@ func TestDecodeV2ReadsAsGoChoria(t *testing.T) {
 
 	f, err := newFleetForTest(Options{})
 	require.NoError(t, err)
-	want, wantReplyTo, err := decodeV2GoChoria(data, f.security)
+	want, wantReplyTo, err := decodeGoChoria(goChoriaV2(), data, f.security)
 	require.NoError(t, err)
 
 	require.Equal(t, wantReplyTo, replyTo)
@@ -98,7 +98,7 @@ func TestEncodeV2WritesAsGoChoria(t *testing.T) {
 	require.JSONEq(t, string(body), string(rep.Message()))
 
 	// go-choria's own encoding of the same reply: the same keys at every level
-	gout, err := encodeV2GoChoria(req, "sim-00001.example", body, f.security)
+	gout, err := encodeGoChoria(goChoriaV2(), req, "sim-00001.example", body, f.security)
 	require.NoError(t, err)
 	require.Equal(t, keysOf(t, gout, "data", "reply"), keysOf(t, out, "data", "reply"))
 }
