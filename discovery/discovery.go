@@ -60,7 +60,7 @@ type Discoverer struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	now     func() time.Time
-	recheck time.Duration // FinishingRecheck; tests shorten it
+	recheck time.Duration // the time between looks, FinishingRecheck; tests shorten it
 	// conn is the startup events' connection, which sweeps reuse (one at a time): a sweep of
 	// its own connected four times before it could publish
 	conn   inter.Connector
@@ -403,20 +403,39 @@ func keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
 	return v
 }
 
-// FinishingRecheck is how often, and FinishingWait how long at most, a sighting of a host whose
-// run is past its restart RPC waits for that run to close before it is judged: the run stays
-// open splay+3 s after the restart RPC (absorbing late sightings of the server it restarted),
-// and one a stopped provisioner left in that grace closes within moments of a worker's return.
+// FinishingRecheck is how often a sighting of a host whose run is past its restart RPC looks
+// whether that run has closed before it is judged. The run closes at its next workflow task,
+// within moments of the restart RPC while a worker is up.
+const FinishingRecheck = 500 * time.Millisecond
+
+// How long a finishing run's last workflow task can wait for a worker when the worker that ran
+// its restart RPC stopped first: one dispatched to that worker's sticky queue moves to the shared
+// queue after the sticky schedule-to-start timeout (the SDK's default); one its poll had already
+// taken (a poll cancelled on shutdown) is retried only after the run's workflow task timeout.
 const (
-	FinishingRecheck = 500 * time.Millisecond
-	FinishingWait    = 6 * time.Second
+	stickyScheduleToStart = 5 * time.Second
+	defaultTaskTimeout    = 10 * time.Second // Temporal's, for runs started without one
 )
+
+// finishingWait is how long at most a sighting waits for a finishing run to close: the longest
+// its last task can wait for a worker, or a run of a version with a restart grace (open splay+3 s
+// after the restart RPC), with two looks to spare. Shorter, it gave up on a run a stopped
+// provisioner had left with its last task in hand (closed 10 s later by the next one) and the
+// host, re-imaged meanwhile, waited a whole discovery interval.
+func (d *Discoverer) finishingWait() time.Duration {
+	tt := workflows.TaskTimeout(d.opts.Input)
+	if tt == 0 {
+		tt = defaultTaskTimeout
+	}
+	grace := workflows.RestartWindow(d.opts.Input.RestartSplay) + time.Second
+	return max(tt, stickyScheduleToStart, grace) + 2*FinishingRecheck
+}
 
 // settleLater judges a sighting of a finishing run once the run has closed, off the caller's
 // goroutine (a sweep's handover and the event workers are bounded), and then hands it over.
 func (d *Discoverer) settleLater(ctx context.Context, identity, source string, seenAt time.Time) {
 	go func() {
-		for waited := time.Duration(0); waited < FinishingWait; waited += d.recheck {
+		for look := int64(0); look < int64(d.finishingWait()/FinishingRecheck); look++ {
 			select {
 			case <-ctx.Done():
 				return

@@ -355,6 +355,18 @@ func TestSightingOfAFinishingRunWaitsForItsEnd(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")) == 1 }, 2*time.Second, 5*time.Millisecond)
 	require.Zero(t, s.started())
 
+	// left by a provisioner that stopped with the run's last task in hand: closed only when the
+	// task timed out (10 s) and the next provisioner ran it; the sighting still starts the host
+	looks := int((10*time.Second + time.Second) / FinishingRecheck)
+	s = &recordingStarter{latest: running(workflows.StepRestart, workflows.OutcomeRunning), closed: closed, closeAfter: looks,
+		result: &workflows.ProvisionResult{RestartedAt: now.Add(-time.Minute), RestartSplay: 1}}
+	d, m = newTestDiscoverer(t, s)
+	d.recheck = time.Millisecond
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now))
+	require.Eventually(t, func() bool { return s.started() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"gave up on the run before its task timed out")
+	require.Zero(t, testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
+
 	// open runs that will serve the sighting: nothing to do, no waiting
 	for name, c := range map[string]struct {
 		info    *workflowpb.WorkflowExecutionInfo

@@ -14,6 +14,7 @@ import (
 
 	"github.com/choria-io/tokens"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -129,14 +130,28 @@ func (e *env) provisioner(name string) *service.Service {
 // waitProvisioned waits until every fleet member runs as a normal server on its written config.
 func (e *env) waitProvisioned(timeout time.Duration, members ...*devstack.FleetMember) {
 	e.t.Helper()
-	require.Eventually(e.t, func() bool {
+	if assert.Eventually(e.t, func() bool {
 		for _, m := range members {
 			if !devstack.Provisioned(m) || !runningProvisioned(m) {
 				return false
 			}
 		}
 		return true
-	}, timeout, 200*time.Millisecond, "servers were not provisioned in time")
+	}, timeout, 200*time.Millisecond, "servers were not provisioned in time") {
+		return
+	}
+	// what a failure in CI needs to be read without a rerun: where each host's latest run stands
+	for _, m := range members {
+		state := "no run"
+		if resp, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(m.Identity), ""); err == nil {
+			info := resp.GetWorkflowExecutionInfo()
+			state = fmt.Sprintf("run %s %s, started %s, closed %s, %d activities pending, search attributes %v",
+				info.GetExecution().GetRunId(), info.GetStatus(), info.GetStartTime().AsTime().Format(time.RFC3339Nano),
+				info.GetCloseTime().AsTime().Format(time.RFC3339Nano), len(resp.GetPendingActivities()), info.GetSearchAttributes().GetIndexedFields())
+		}
+		e.t.Logf("%s: config written %v, running provisioned %v; latest %s", m.Identity, devstack.Provisioned(m), runningProvisioned(m), state)
+	}
+	e.t.FailNow()
 }
 
 // runningProvisioned reads the server's status file: written by the restarted process, it says
