@@ -41,20 +41,44 @@ func New(level string, file string) (*zap.Logger, error) {
 
 // Temporal adapts a zap logger to the SDK's logger so workflow and activity logs land in the same
 // stream with the same fields.
-type Temporal struct{ z *zap.SugaredLogger }
+//
+// With keeps its fields and adds them at each entry instead of cloning the zap core: the SDK
+// makes a logger With the run's fields for every cached workflow and every activity execution,
+// and a clone (encoder and its buffer) cost each open workflow kilobytes of memory that its few
+// log lines never needed (docs/performance.md).
+type Temporal struct {
+	z  *zap.SugaredLogger
+	kv []any // With's fields, before each entry's own
+}
 
 var _ tlog.Logger = Temporal{}
 var _ tlog.WithLogger = Temporal{}
 
-// NewTemporal wraps z.
+// NewTemporal wraps z; a caller, when logged, is the SDK's (past Temporal.Info and Temporal.log).
 func NewTemporal(z *zap.Logger) Temporal {
-	return Temporal{z: z.WithOptions(zap.AddCallerSkip(1)).Sugar()}
+	return Temporal{z: z.WithOptions(zap.AddCallerSkip(2)).Sugar()}
 }
 
-func (t Temporal) Debug(msg string, kv ...any) { t.z.Debugw(msg, kv...) }
-func (t Temporal) Info(msg string, kv ...any)  { t.z.Infow(msg, kv...) }
-func (t Temporal) Warn(msg string, kv ...any)  { t.z.Warnw(msg, kv...) }
-func (t Temporal) Error(msg string, kv ...any) { t.z.Errorw(msg, kv...) }
+func (t Temporal) Debug(msg string, kv ...any) { t.log(zapcore.DebugLevel, msg, kv) }
+func (t Temporal) Info(msg string, kv ...any)  { t.log(zapcore.InfoLevel, msg, kv) }
+func (t Temporal) Warn(msg string, kv ...any)  { t.log(zapcore.WarnLevel, msg, kv) }
+func (t Temporal) Error(msg string, kv ...any) { t.log(zapcore.ErrorLevel, msg, kv) }
+
+func (t Temporal) log(lvl zapcore.Level, msg string, kv []any) {
+	if lvl < t.z.Level() {
+		return // the SDK logs at debug per task: no fields built for nothing
+	}
+	t.z.Logw(lvl, msg, t.fields(kv)...)
+}
 
 // With returns a logger that adds kv to every entry.
-func (t Temporal) With(kv ...any) tlog.Logger { return Temporal{z: t.z.With(kv...)} }
+func (t Temporal) With(kv ...any) tlog.Logger {
+	return Temporal{z: t.z, kv: append(append(make([]any, 0, len(t.kv)+len(kv)), t.kv...), kv...)}
+}
+
+func (t Temporal) fields(kv []any) []any {
+	if len(t.kv) == 0 {
+		return kv
+	}
+	return append(append(make([]any, 0, len(t.kv)+len(kv)), t.kv...), kv...)
+}
