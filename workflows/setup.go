@@ -47,31 +47,25 @@ func (p *provisioner) setup(ctx workflow.Context) error {
 	return p.upsert(ctx, IdentityKey.ValueSet(p.in.Identity), SiteKey.ValueSet(p.in.Site), OutcomeKey.ValueSet(OutcomeRunning))
 }
 
-// handleSignals keeps the pause state and the sightings of the host in the status.
+// handleSignals keeps the pause state and the sightings of the host in the status, in one
+// coroutine: each is a goroutine with its own stack for as long as the run is in the worker's
+// cache, and at scale thousands of runs are.
 func (p *provisioner) handleSignals(ctx workflow.Context) {
 	pause := workflow.GetSignalChannel(ctx, PauseSignal)
 	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			sel := workflow.NewSelector(ctx)
-			sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
-			sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = false })
-			sel.Select(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-		}
-	})
-
 	seen := workflow.GetSignalChannel(ctx, SeenSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
+		sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = false })
+		sel.AddReceive(seen, func(c workflow.ReceiveChannel, _ bool) {
 			var s Sighting
-			if !seen.Receive(ctx, &s) {
-				return
-			}
+			c.Receive(ctx, &s)
 			p.status.Sightings++
 			p.status.LastSeen = s.At
+		})
+		for ctx.Err() == nil {
+			sel.Select(ctx)
 		}
 	})
 }
