@@ -63,6 +63,10 @@ type Temporal struct {
 	ActivityPollers         int `koanf:"activity_pollers"`
 	WorkflowPollers         int `koanf:"workflow_pollers"`
 	MaxConcurrentActivities int `koanf:"max_concurrent_activities"`
+	// WorkflowCacheSize bounds the runs a worker process keeps in memory between their tasks
+	// (the SDK's sticky cache, shared by the process's workers); an evicted run is replayed from
+	// its history at its next task.
+	WorkflowCacheSize int `koanf:"workflow_cache_size"`
 	// GRPCCompression of the requests to Temporal: "none" (default) or "gzip". Payloads are
 	// encrypted, so gzip mostly spends CPU on both ends for nothing (docs/performance.md).
 	GRPCCompression string `koanf:"grpc_compression"`
@@ -143,6 +147,10 @@ func defaults() map[string]any {
 		// every RPC in flight holds go-choria's 1.6 MB reply buffer (client/client.New), so
 		// concurrent steps bound memory: 200 is ~320 MB at most, and 20x what 10 hosts/s needs
 		"temporal.max_concurrent_activities": 200,
+		// a run in the cache holds ~80 kB (its coroutines' stacks, its state); the SDK's 10,000
+		// let a 10,000-host burst hold 480 MB. An evicted run's next task replays its ~40 history
+		// events: at 3,000 hosts at once, 400 cost no measurable rate (docs/performance.md)
+		"temporal.workflow_cache_size": 500,
 	}
 }
 
@@ -268,7 +276,8 @@ func (c *Config) validate() error {
 		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
 	}
 	for key, v := range map[string]int{"temporal.activity_pollers": c.Temporal.ActivityPollers,
-		"temporal.workflow_pollers": c.Temporal.WorkflowPollers, "temporal.max_concurrent_activities": c.Temporal.MaxConcurrentActivities} {
+		"temporal.workflow_pollers": c.Temporal.WorkflowPollers, "temporal.max_concurrent_activities": c.Temporal.MaxConcurrentActivities,
+		"temporal.workflow_cache_size": c.Temporal.WorkflowCacheSize} {
 		if v < 0 {
 			return invalid(key, "%d is negative; 0 keeps the default", v)
 		}

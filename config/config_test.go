@@ -49,6 +49,7 @@ func TestDefaults(t *testing.T) {
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
 	require.Equal(t, "choria-provisioner-helper", cfg.HelperTaskQueue())
+	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
@@ -124,6 +125,7 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"monitor_port: 70000\n":                                   "monitor_port",
 		"temporal: {plaintext: true, grpc_compression: brotli}\n": "temporal.grpc_compression",
 		"workers: -1\n":                                           "workers",
+		"temporal: {plaintext: true, workflow_cache_size: -1}\n":  "temporal.workflow_cache_size",
 	}
 	for body, key := range cases {
 		_, err := Load(writeConfig(t, body))

@@ -255,6 +255,10 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			wo = *s.opts.WorkerOptions
 		}
 		wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
+		if n := s.cfg.Temporal.WorkflowCacheSize; n > 0 {
+			// the SDK keeps one cache per process, sized before its first worker starts
+			worker.SetStickyWorkflowCacheSize(n)
+		}
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
