@@ -1,15 +1,21 @@
 package integration
 
 import (
+	"fmt"
+	"net/http"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -104,4 +110,43 @@ func provisionSim(t *testing.T, prefix string, tune func(*config.Temporal)) (*en
 	status := e.startFleetSim(10, "--prefix", prefix)
 	e.provisioner("replica-a")
 	return e, waitSimRestarted(t, status, 10, 2*time.Minute)
+}
+
+// temporal.workflow_cache_size: a worker that can keep only one run in memory replays the others
+// from their histories at their next tasks, and every host is still provisioned once, by one
+// run. Its own process: the SDK sizes one cache per process, at its first worker.
+func TestIntegrationWorkflowCacheEvictionsReplay(t *testing.T) {
+	port, err := devstack.FreePort()
+	require.NoError(t, err)
+	// the provisioner process reads these
+	t.Setenv("PROVISIONER_TEMPORAL__WORKFLOW_CACHE_SIZE", "1")
+	t.Setenv("PROVISIONER_MONITOR_PORT", strconv.Itoa(port))
+	e := newEnv(t, envOptions{servers: 6})
+	started := time.Now()
+	e.processProvisioner("replica-a")
+	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
+	e.tally("workflow cache of 1", started)
+
+	// the SDK's own count of tasks whose run it no longer held
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	misses, evictions, size := 0.0, 0.0, -1.0
+	for _, m := range families["temporal_sticky_cache_miss_total"].GetMetric() {
+		misses += m.GetCounter().GetValue()
+	}
+	for _, m := range families["temporal_sticky_cache_forced_eviction_total"].GetMetric() {
+		evictions += m.GetCounter().GetValue()
+	}
+	for _, m := range families["temporal_sticky_cache_size"].GetMetric() {
+		size = max(size, m.GetGauge().GetValue())
+	}
+	t.Logf("workflow cache of 1, %d hosts: %.0f runs evicted, %.0f workflow tasks replayed their run, cache size %.0f",
+		len(e.stack.Fleet.Members), evictions, misses, size)
+	// (a run leaves the cache when it ends, too: evictions alone say nothing)
+	require.Positive(t, misses, "no task replayed its run: the cache size did not apply")
+	require.LessOrEqual(t, size, 1.0)
 }
