@@ -148,7 +148,7 @@ func defaults() map[string]any {
 		// concurrent steps bound memory: 200 is ~320 MB at most, and 20x what 10 hosts/s needs
 		"temporal.max_concurrent_activities": 200,
 		// a run in the cache holds ~80 kB (its coroutines' stacks, its state); the SDK's 10,000
-		// let a 10,000-host burst hold 480 MB. An evicted run's next task replays its ~40 history
+		// let a 10,000-host burst hold 480 MiB (126 MiB at 500). An evicted run's next task replays its ~40 history
 		// events: at 3,000 hosts at once, 400 cost no measurable rate (docs/performance.md)
 		"temporal.workflow_cache_size": 500,
 	}

@@ -72,13 +72,15 @@ func (t Temporal) log(lvl zapcore.Level, msg string, kv []any) {
 }
 
 // With returns a logger that adds kv to every entry.
-func (t Temporal) With(kv ...any) tlog.Logger {
-	return Temporal{z: t.z, kv: append(append(make([]any, 0, len(t.kv)+len(kv)), t.kv...), kv...)}
-}
+func (t Temporal) With(kv ...any) tlog.Logger { return Temporal{z: t.z, kv: join(t.kv, kv)} }
 
+// fields are an entry's: With's, then its own.
 func (t Temporal) fields(kv []any) []any {
 	if len(t.kv) == 0 {
 		return kv
 	}
-	return append(append(make([]any, 0, len(t.kv)+len(kv)), t.kv...), kv...)
+	return join(t.kv, kv)
 }
+
+// join copies, so that no logger shares a backing array with its parent or its caller.
+func join(a, b []any) []any { return append(append(make([]any, 0, len(a)+len(b)), a...), b...) }
