@@ -30,6 +30,7 @@ type benchCommand struct {
 	devArgs        []string
 	simArgs        []string
 	merge          []string
+	bracket        bool
 }
 
 func (b *benchCommand) register(app *fisk.Application) {
@@ -50,6 +51,7 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("env", "PROVISIONER_KEY=VALUE for the provisioner in every scenario (repeatable; tuning experiments)").StringsVar(&b.env)
 	cmd.Flag("sim-arg", "Extra fleet-sim flag in every scenario (repeatable), e.g. --sim-arg=--go-choria-wire").StringsVar(&b.simArgs)
 	cmd.Flag("dev-arg", "Extra dev stack flag in every scenario (repeatable), e.g. --dev-arg=--temporal-dynamic-config=KEY=JSON").StringsVar(&b.devArgs)
+	cmd.Flag("bracket", "Run this build again after the others on each scenario and compare the mean of its two runs (the machine drifts within an invocation)").UnNegatableBoolVar(&b.bracket)
 	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
 	cmd.Flag("markdown", "Markdown file whose generated table is rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
@@ -152,6 +154,19 @@ func (b *benchCommand) run(ctx context.Context) error {
 					return err
 				}
 				theirs[ref] = append(theirs[ref], res)
+			}
+		}
+		if b.bracket && len(others) > 0 {
+			again := ours
+			again.Label = strings.TrimSpace(ours.Label + " again")
+			after, err := runOne(sc, again)
+			if err != nil {
+				return err
+			}
+			mine = bench.Bracketed(mine, after)
+			mine.Variant = strings.TrimSpace(ours.Label + " mean of before and after")
+			if err := save(mine); err != nil {
+				return err
 			}
 		}
 		c := bench.Comparison{Scenario: sc.Name, Ours: mine}
