@@ -412,10 +412,7 @@ const FinishingRecheck = 500 * time.Millisecond
 // its restart RPC stopped first: one dispatched to that worker's sticky queue moves to the shared
 // queue after the sticky schedule-to-start timeout (the SDK's default); one its poll had already
 // taken (a poll cancelled on shutdown) is retried only after the run's workflow task timeout.
-const (
-	stickyScheduleToStart = 5 * time.Second
-	defaultTaskTimeout    = 10 * time.Second // Temporal's, for runs started without one
-)
+const stickyScheduleToStart = 5 * time.Second
 
 // finishingWait is how long at most a sighting waits for a finishing run to close: the longest
 // its last task can wait for a worker, or a run of a version with a restart grace (open splay+3 s
@@ -425,7 +422,7 @@ const (
 func (d *Discoverer) finishingWait() time.Duration {
 	tt := workflows.TaskTimeout(d.opts.Input)
 	if tt == 0 {
-		tt = defaultTaskTimeout
+		tt = workflows.DefaultTaskTimeout
 	}
 	grace := workflows.RestartWindow(d.opts.Input.RestartSplay) + time.Second
 	return max(tt, stickyScheduleToStart, grace) + 2*FinishingRecheck
@@ -435,7 +432,8 @@ func (d *Discoverer) finishingWait() time.Duration {
 // goroutine (a sweep's handover and the event workers are bounded), and then hands it over.
 func (d *Discoverer) settleLater(ctx context.Context, identity, source string, seenAt time.Time) {
 	go func() {
-		for look := int64(0); look < int64(d.finishingWait()/FinishingRecheck); look++ {
+		looks := int(d.finishingWait() / FinishingRecheck)
+		for range looks {
 			select {
 			case <-ctx.Done():
 				return

@@ -113,7 +113,11 @@ func StartSearchAttributes(in ProvisionInput) temporal.SearchAttributes {
 // long before another worker runs them again.
 const FastModeTaskTimeout = 30 * time.Second
 
-// TaskTimeout is the workflow task timeout a run of in is started with (0: Temporal's default).
+// DefaultTaskTimeout is Temporal's workflow task timeout, which a run started with none gets.
+const DefaultTaskTimeout = 10 * time.Second
+
+// TaskTimeout is the workflow task timeout a run of in is started with (0: Temporal's default,
+// DefaultTaskTimeout).
 func TaskTimeout(in ProvisionInput) time.Duration {
 	if in.Fast {
 		return FastModeTaskTimeout
