@@ -63,7 +63,7 @@ func (p *provisioner) readAll(ctx workflow.Context, reads []read) error {
 		p.status.Step, p.status.Attempt = r.step, 1
 		p.status.Timeline = append(p.status.Timeline, StepRecord{Step: r.step, Started: workflow.Now(ctx)})
 		at := len(p.status.Timeline) - 1
-		sel.AddFuture(p.execute(ctx, p.steps[r.step], host), func(fut workflow.Future) {
+		sel.AddFuture(p.execute(ctx, specOf(r.step), host), func(fut workflow.Future) {
 			errs[i] = p.record(&p.status.Timeline[at], fut.Get(ctx, r.result), r.result, workflow.Now(ctx))
 		})
 	}

@@ -36,7 +36,6 @@ type provisioner struct {
 	in     ProvisionInput
 	status Status
 	log    log.Logger
-	steps  map[string]stepSpec
 	// transitionsOnly: upsert ProvisionStep only for the helper, a defer, a failure and the end
 	transitionsOnly bool
 	// localReads: the steps marked local in the step table run as local activities
@@ -75,7 +74,7 @@ func ProvisionHost(ctx workflow.Context, in ProvisionInput) (*ProvisionResult, e
 	if err := ValidateIdentity(in.Identity); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
 	}
-	p := &provisioner{in: withDefaults(in), steps: stepTable()}
+	p := &provisioner{in: withDefaults(in)}
 	if err := p.setup(ctx); err != nil {
 		return nil, err
 	}

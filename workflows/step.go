@@ -16,7 +16,7 @@ func (p *provisioner) step(ctx workflow.Context, step string, arg any, result an
 		return err
 	}
 	p.status.Step = step
-	spec := p.steps[step]
+	spec := specOf(step)
 	if !p.transitionsOnly || spec.findable {
 		if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
 			return err

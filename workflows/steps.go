@@ -33,38 +33,55 @@ type stepSpec struct {
 // timeout, with backoff).
 const localScheduleToClose = 3 * time.Minute
 
-// stepTable holds every step's row. Budgets follow the Choria Provisioner's (jwt 3, gen25519 5,
+// specOf is the step's row. Budgets follow the Choria Provisioner's (jwt 3, gen25519 5,
 // inventory 5, configure 5, restart 3, shutdown 3) with more room where a failure is likely
-// transient, and backoff so a flapping host does not spin.
-func stepTable() map[string]stepSpec {
+// transient, and backoff so a flapping host does not spin. A row is built when a step runs, not
+// held by the run: a run stays in the worker's cache between its tasks, at scale thousands of
+// them, and a table each was ~3.6 kB of their ~80 kB (docs/performance.md).
+func specOf(step string) stepSpec {
 	var a *activities.Activities // method values name the activities; the worker's are called
-	row := func(activity any, attempts int32, timeout time.Duration) stepSpec {
-		// The heartbeat timeout finds a dead worker's steps fast: activities beat every 2 s once
-		// they have run that long (activities.HeartbeatEvery).
-		return stepSpec{activity: activity, attempts: 1, options: workflow.ActivityOptions{
-			StartToCloseTimeout: timeout, HeartbeatTimeout: 10 * time.Second,
-			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
-				MaximumInterval: 10 * time.Second, MaximumAttempts: attempts,
-				NonRetryableErrorTypes: activities.NonRetryableErrorTypes()},
-		}}
+	switch step {
+	case StepJWT:
+		return local(row(a.FetchJWT, 5, time.Minute))
+	case StepGen25519:
+		return local(row(a.Gen25519, 5, time.Minute))
+	case StepInventory:
+		return local(row(a.Inventory, 5, time.Minute))
+	case StepGencsr:
+		return row(a.Gencsr, 2, time.Minute) // the Choria Provisioner tried once; a new key per attempt is cheap
+	case StepHelper:
+		helper := row(a.RunHelper, 1, 5*time.Minute) // helper_timeout bounds the helper; this a stuck worker
+		helper.attempts, helper.findable, helper.rateLimited = 5, true, true
+		return helper
+	case StepSign:
+		s := local(row(a.SignServerJWT, 2, 30*time.Second))
+		s.pure = true
+		return s
+	case StepConfigure:
+		return row(a.Configure, 5, time.Minute)
+	case StepRestart:
+		return row(a.Restart, 3, time.Minute)
+	case StepUpgrade:
+		return row(a.ReleaseUpdate, 3, 2*time.Minute) // as the Choria Provisioner
+	case StepShutdown:
+		return row(a.Shutdown, 2, time.Minute) // a host told to shut down is often gone before a third try
 	}
-	local := func(s stepSpec) stepSpec { s.local = true; return s }
-	pure := func(s stepSpec) stepSpec { s.pure = true; return s }
-	helper := row(a.RunHelper, 1, 5*time.Minute) // helper_timeout bounds the helper; this a stuck worker
-	helper.attempts, helper.findable, helper.rateLimited = 5, true, true
-	return map[string]stepSpec{
-		StepJWT:       local(row(a.FetchJWT, 5, time.Minute)),
-		StepGen25519:  local(row(a.Gen25519, 5, time.Minute)),
-		StepInventory: local(row(a.Inventory, 5, time.Minute)),
-		StepGencsr:    row(a.Gencsr, 2, time.Minute), // the Choria Provisioner tried once; a new key per attempt is cheap
-		StepHelper:    helper,
-		StepSign:      pure(local(row(a.SignServerJWT, 2, 30*time.Second))),
-		StepConfigure: row(a.Configure, 5, time.Minute),
-		StepRestart:   row(a.Restart, 3, time.Minute),
-		StepUpgrade:   row(a.ReleaseUpdate, 3, 2*time.Minute), // as the Choria Provisioner
-		StepShutdown:  row(a.Shutdown, 2, time.Minute),        // a host told to shut down is often gone before a third try
-	}
+	panic("workflows: no row for step " + step) // a step constant without a row: a programming error
 }
+
+// row is a step run as one activity with its own retries.
+func row(activity any, attempts int32, timeout time.Duration) stepSpec {
+	// The heartbeat timeout finds a dead worker's steps fast: activities beat every 2 s once
+	// they have run that long (activities.HeartbeatEvery).
+	return stepSpec{activity: activity, attempts: 1, options: workflow.ActivityOptions{
+		StartToCloseTimeout: timeout, HeartbeatTimeout: 10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+			MaximumInterval: 10 * time.Second, MaximumAttempts: attempts,
+			NonRetryableErrorTypes: activities.NonRetryableErrorTypes()},
+	}}
+}
+
+func local(s stepSpec) stepSpec { s.local = true; return s }
 
 // execute starts one run of the step's activity, local or regular as the run allows.
 func (p *provisioner) execute(ctx workflow.Context, spec stepSpec, arg any) workflow.Future {
