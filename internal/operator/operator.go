@@ -285,7 +285,12 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 	}
 	in.Source = workflows.SourceOperator
 	in.Defers = 0
-	in.Version = workflows.CurrentVersion // a new run: the current command sequence
+	// a new run: the newest command sequence every worker runs (VersionLean if they cannot be listed)
+	ns := o.Namespace
+	if ns == "" {
+		ns = client.DefaultNamespace
+	}
+	in.Version, _, _ = workflows.RunnableVersion(ctx, o.C, ns, o.TaskQueue)
 	_, err = o.C.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.WorkflowID(identity), TaskQueue: o.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
