@@ -25,9 +25,7 @@ type Activities struct {
 	metrics *metrics.Metrics
 	log     *zap.Logger
 	runs    RunHistory
-	// announcer tells a run that its helper step runs long (nil: nobody is told)
-	announcer Announcer
-	caller    rpcCaller
+	caller  rpcCaller
 	// helperSlots bounds the helper runs of this process (workers), whichever task queue
 	// brought them
 	helperSlots chan struct{}

@@ -113,9 +113,6 @@ type HelperRequest struct {
 	// Zero when the workflow did not say.
 	Attempt  int `json:"attempt,omitempty"`
 	Attempts int `json:"attempts,omitempty"`
-	// Announce: tell the workflow when the step has been in the helper for HelperAnnounceAfter
-	// (WithAnnouncer), so that it makes the host findable in its helper.
-	Announce bool `json:"announce,omitempty"`
 }
 
 // ServerClaims are the helper's server_claims (ed25519 feature), as the Choria Provisioner reads them.

@@ -10,11 +10,6 @@ import (
 // maxConfigurationJSON is the most the configure action accepts.
 const maxConfigurationJSON = 2048
 
-// HelperAnnounceAfter is how long a helper step runs before its workflow is told (Announce).
-// Shorter than most slow helpers take, longer than a helper that answers from memory: the
-// example helper takes a few milliseconds.
-const HelperAnnounceAfter = 2 * time.Second
-
 // RunHelper runs the site helper for one host.
 func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (*HelperOutput, error) {
 	input := req.Input
@@ -22,10 +17,6 @@ func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (*HelperO
 		claims := *input.JWT
 		claims.Token = a.set.Token
 		input.JWT = &claims
-	}
-	if req.Announce && a.announcer != nil {
-		// the wait for a slot counts: an operator looking for hosts held in the helper wants those too
-		defer a.announceAfter(ctx, input.Identity, HelperAnnounceAfter)()
 	}
 	if a.helperSlots != nil {
 		// workers helpers at once: ten at once on two cores each took three to five times as long

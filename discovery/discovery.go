@@ -50,9 +50,6 @@ type Options struct {
 	DisableBroadcasts bool
 	Pause             PauseChecker // nil: never paused
 	Version           string       // announced in the provisioner's own startup event
-	// RunnableVersion is the version a new run starts with (nil: Input's), the newest every
-	// worker runs (workflows.VersionGate)
-	RunnableVersion func(context.Context) int
 }
 
 // Discoverer turns sightings into workflows.
@@ -515,9 +512,6 @@ func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt 
 	in.Identity = identity
 	in.Source = source
 	in.SeenAt = seenAt
-	if d.opts.RunnableVersion != nil {
-		in.Version = d.opts.RunnableVersion(ctx)
-	}
 	opts := client.StartWorkflowOptions{
 		ID:        workflows.WorkflowID(identity),
 		TaskQueue: d.opts.TaskQueue,

@@ -31,12 +31,6 @@ const (
 	ResumeSignal = "resume"
 )
 
-// HelperRunningSignal is sent by the helper step of a VersionQuietHelper run once it has been
-// in the helper for activities.HelperAnnounceAfter (waiting for a slot included); the run then
-// upserts ProvisionStep=helper. A host found in the helper is one that spends long in it, and a
-// quick helper costs its host no visibility write.
-const HelperRunningSignal = "helper-running"
-
 // Helper decisions, as Status.HelperDecision.
 const (
 	DecisionConfigure = "configure"
@@ -218,13 +212,8 @@ const (
 	// VersionLean: the reads scheduled together, sign a local activity, no markers and no
 	// restart-grace timer (discovery judges late sightings by the result's RestartedAt)
 	VersionLean = 2
-	// VersionQuietHelper: ProvisionStep=helper is upserted when the helper step says it has run
-	// long (HelperRunningSignal), not when it starts: that upsert's visibility write was the
-	// largest cost a host's run put on Temporal that no step needs (docs/performance.md)
-	VersionQuietHelper = 3
-	// CurrentVersion is the newest version this build runs; starters put in new runs' input
-	// the newest that every worker polling the task queue runs (RunnableVersion).
-	CurrentVersion = VersionQuietHelper
+	// CurrentVersion is what starters put in new runs' input.
+	CurrentVersion = VersionLean
 )
 
 // Defaults for inputs left zero.

@@ -187,7 +187,6 @@ func (p *provisioner) host() activities.HostInput {
 
 func (p *provisioner) askHelper(ctx workflow.Context, f *facts) (*activities.HelperOutput, error) {
 	var d activities.HelperOutput
-	f.helper.Announce = p.version >= VersionQuietHelper
 	if err := p.step(ctx, StepHelper, f.helper, &d); err != nil {
 		return nil, err
 	}

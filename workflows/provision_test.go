@@ -35,8 +35,6 @@ type fakeHost struct {
 	seenAt     []time.Time // HostInput.SeenAt of each jwt, gen25519 and inventory call
 	local      []string    // activities run as local activities
 	queues     map[string]string
-	// during runs inside each call of the named activity (a signal from a step, as the worker's)
-	during map[string]func()
 }
 
 func (f *fakeHost) saw(in activities.HostInput) {
@@ -46,9 +44,6 @@ func (f *fakeHost) saw(in activities.HostInput) {
 }
 
 func (f *fakeHost) record(ctx context.Context, name string) error {
-	if fn := f.during[name]; fn != nil {
-		fn()
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, name)
@@ -724,57 +719,4 @@ func (s *ProvisionSuite) TestFastModeKeepsARateLimitedHelperRegular() {
 	s.result()
 	s.NotContains(s.host.local, activities.RunHelperName)
 	s.Equal("tq-helper", s.host.queues[activities.RunHelperName])
-}
-
-// From VersionQuietHelper a run upserts ProvisionStep=helper only when its helper step says it
-// runs long: a quick helper leaves only the final upsert.
-func (s *ProvisionSuite) TestQuietHelperRunUpsertsOnlyItsEnd() {
-	in := lean(Features{JWT: true, ED25519: true})
-	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in)))
-	got := s.upserts()
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.Equal([]string{"done/provisioned"}, *got)
-	s.True(s.host.helpIn.Announce, "the helper step must be asked to announce a long run")
-}
-
-// A VersionLean run (started before, or while an older worker polls) upserts at the helper's
-// start as it always did, and does not ask the step to announce.
-func (s *ProvisionSuite) TestLeanRunUpsertsTheHelperAtItsStart() {
-	in := input(Features{JWT: true, ED25519: true})
-	in.Version = VersionLean
-	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in)))
-	got := s.upserts()
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.Equal([]string{"helper/", "done/provisioned"}, *got)
-	s.False(s.host.helpIn.Announce)
-}
-
-// The step's announcement makes a host in its helper findable, once however often it comes;
-// one that comes when the helper has ended changes nothing.
-func (s *ProvisionSuite) TestHelperRunningSignalMakesTheHostFindable() {
-	in := lean(Features{JWT: true, ED25519: true})
-	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in)))
-	got := s.upserts()
-	announce := func() { s.env.SignalWorkflow(HelperRunningSignal, nil) }
-	s.host.during = map[string]func(){
-		activities.RunHelperName: func() { announce(); announce() },
-		activities.ConfigureName: announce, // a late one
-		activities.RestartName:   announce,
-	}
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.Equal([]string{"helper/", "done/provisioned"}, *got)
-}
-
-// An announcement that trails the helper's end (the step has moved on) is not upserted.
-func (s *ProvisionSuite) TestLateHelperRunningSignalChangesNothing() {
-	in := lean(Features{JWT: true, ED25519: true})
-	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in)))
-	got := s.upserts()
-	s.host.during = map[string]func(){activities.ConfigureName: func() { s.env.SignalWorkflow(HelperRunningSignal, nil) }}
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.Equal([]string{"done/provisioned"}, *got)
 }

@@ -54,7 +54,6 @@ func (p *provisioner) handleSignals(ctx workflow.Context) {
 	pause := workflow.GetSignalChannel(ctx, PauseSignal)
 	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
 	seen := workflow.GetSignalChannel(ctx, SeenSignal)
-	helperRunning := workflow.GetSignalChannel(ctx, HelperRunningSignal)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
@@ -65,23 +64,8 @@ func (p *provisioner) handleSignals(ctx workflow.Context) {
 			p.status.Sightings++
 			p.status.LastSeen = s.At
 		})
-		sel.AddReceive(helperRunning, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.helperRunning(ctx) })
 		for ctx.Err() == nil {
 			sel.Select(ctx)
 		}
 	})
-}
-
-// helperRunning makes a host that is still in its helper findable (ProvisionStep=helper). The
-// signal can trail the helper's end: then the step has moved on and it changes nothing.
-func (p *provisioner) helperRunning(ctx workflow.Context) {
-	if p.version < VersionQuietHelper || p.status.Step != StepHelper {
-		return
-	}
-	if step, _ := workflow.GetTypedSearchAttributes(ctx).GetKeyword(StepKey); step == StepHelper {
-		return // a second signal of the same helper run, or of a retry
-	}
-	if err := p.upsert(ctx, StepKey.ValueSet(StepHelper)); err != nil {
-		p.log.Warn("could not make the host findable in its helper", "error", err)
-	}
 }

@@ -17,7 +17,7 @@ func (p *provisioner) step(ctx workflow.Context, step string, arg any, result an
 	}
 	p.status.Step = step
 	spec := specOf(step)
-	if !p.transitionsOnly || (spec.findable && p.version < VersionQuietHelper) {
+	if !p.transitionsOnly || spec.findable {
 		if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
 			return err
 		}

@@ -280,16 +280,6 @@ func costOf(events []*historypb.HistoryEvent) (n, tasks, markers, idle int) {
 	return len(events), tasks, markers, idle
 }
 
-func upserts(events []*historypb.HistoryEvent) int {
-	n := 0
-	for _, ev := range events {
-		if ev.GetUpsertWorkflowSearchAttributesEventAttributes() != nil {
-			n++
-		}
-	}
-	return n
-}
-
 func isCommandEvent(ev *historypb.HistoryEvent) bool {
 	return ev.GetActivityTaskScheduledEventAttributes() != nil || ev.GetMarkerRecordedEventAttributes() != nil ||
 		ev.GetUpsertWorkflowSearchAttributesEventAttributes() != nil || ev.GetTimerStartedEventAttributes() != nil ||

@@ -199,11 +199,6 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.State.Paused)
 	require.Equal(t, workflows.StepHelper, d.State.Step, "held before configure")
-	// the helper step tells its run after 2 s (it has run 4 s by now), which then makes the host findable in visibility
-	require.Eventually(t, func() bool {
-		l, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeRunning, Step: workflows.StepHelper})
-		return err == nil && len(l) == 1 && l[0].Identity == slow.Identity
-	}, 20*time.Second, 200*time.Millisecond, "a host long in its helper is listed by ProvisionStep=helper")
 	require.False(t, devstack.Provisioned(slow))
 	out, code := e.cli(nil, "paused")
 	require.Equal(t, 0, code)
@@ -223,15 +218,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)
 	e.writeReplayHistoryOf("control-pause-resume", workflows.ControlWorkflowID(e.cfg.Temporal.TaskQueue))
-	signals := 0
-	for _, ev := range e.history(slow.Identity) {
-		if ev.GetWorkflowExecutionSignaledEventAttributes().GetSignalName() == workflows.HelperRunningSignal {
-			signals++
-		}
-	}
-	require.Equal(t, 1, signals, "the slow helper step announced itself once")
-	// pause and resume signals mid-run, and the helper step's announcement
-	e.writeReplayHistory("provision-paused-in-helper-v6-quiet-helper", slow.Identity)
+	e.writeReplayHistory("provision-paused-in-helper-v5-lean", slow.Identity) // pause and resume signals mid-run
 }
 
 // A failed host is retried automatically when it is sighted again: the next sweep starts a new

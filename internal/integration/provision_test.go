@@ -70,9 +70,6 @@ func TestIntegrationProvisionFleet(t *testing.T) {
 		// first one caused has started; what the workflow issues is budgeted
 		require.LessOrEqual(t, events-3*idle, maxEventsPerHost, m.Identity)
 		require.LessOrEqual(t, idle, 2, "%s: at most one idle task per later read", m.Identity)
-		// the runs were started with VersionQuietHelper, which discovery gives new runs only when
-		// every worker polling says it runs it: a quick helper leaves the final upsert alone
-		require.Equal(t, 1, upserts(hist), "%s: search attribute upserts", m.Identity)
 	}
 	e.writeReplayHistory("provision-ed25519", e.stack.Fleet.Members[0].Identity)
 	require.Equal(t, 5.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")))

@@ -285,12 +285,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 	}
 	in.Source = workflows.SourceOperator
 	in.Defers = 0
-	// a new run: the newest command sequence every worker runs (VersionLean if they cannot be listed)
-	ns := o.Namespace
-	if ns == "" {
-		ns = client.DefaultNamespace
-	}
-	in.Version, _, _ = workflows.RunnableVersion(ctx, o.C, ns, o.TaskQueue)
+	in.Version = workflows.CurrentVersion // a new run: the current command sequence
 	_, err = o.C.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.WorkflowID(identity), TaskQueue: o.TaskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,

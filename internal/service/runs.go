@@ -34,15 +34,3 @@ func (r RunHistory) CompletedAfter(ctx context.Context, workflowID, excludeRunID
 	}
 	return time.Time{}, false, nil
 }
-
-// announcer tells a host's run that its helper step runs long (workflows.HelperRunningSignal).
-type announcer struct {
-	client client.Client
-}
-
-func (a announcer) HelperRunning(ctx context.Context, workflowID, runID string) error {
-	if err := a.client.SignalWorkflow(ctx, workflowID, runID, workflows.HelperRunningSignal, nil); err != nil {
-		return fmt.Errorf("signaling %s: %w", workflowID, err)
-	}
-	return nil
-}

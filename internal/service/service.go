@@ -264,8 +264,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
-			activities.WithAnnouncer(announcer{tc}))
+		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
 		acts.Register(w)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
@@ -297,9 +296,6 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			Input:     WorkflowInput(s.cfg),
 			Pause:     workflows.NewControlClient(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
 			Version:   s.opts.Version,
-			RunnableVersion: workflows.NewVersionGate(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue, func(err error) {
-				s.log.Warn("new runs keep the workflow version they had: could not list the workers", zap.Error(err))
-			}).Version,
 		}, s.Metrics, s.log.Named("discovery"))
 		s.discoverer = d
 		go func() { errc <- d.Run(ctx) }()

@@ -20,7 +20,6 @@ import (
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // DialTemporal connects to the configured Temporal frontend, over TLS and with the API key when
@@ -55,10 +54,7 @@ func ClientOptions(cfg *config.Config, log *zap.Logger) (client.Options, error) 
 	if err != nil {
 		return client.Options{}, err
 	}
-	host, _ := os.Hostname()
 	opts := client.Options{
-		// the SDK's default identity and the versions this build runs (workflows.RunnableVersion)
-		Identity:      workflows.WorkerIdentity(fmt.Sprintf("%d@%s", os.Getpid(), host)),
 		HostPort:      cfg.Temporal.Address,
 		Namespace:     cfg.Temporal.Namespace,
 		Logger:        logging.NewTemporal(log.Named("temporal")),
