@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -290,13 +291,37 @@ func (d *Discoverer) broadcast(ctx context.Context, found func(identity string))
 	rctx, cancel := context.WithTimeout(ctx, d.opts.DiscoveryTimeout+5*time.Second)
 	defer cancel()
 	return cl.Request(rctx, msg, func(_ context.Context, m inter.ConnectorMessage) {
-		reply, err := d.fw.NewTransportFromJSON(m.Data())
+		sender, err := replySender(m.Data())
 		if err != nil {
 			d.log.Warn("unreadable discovery reply", zap.Error(err))
 			return
 		}
-		found(reply.SenderID())
+		found(sender)
 	})
+}
+
+// replySender is the sender of a discovery reply, read from its transport's headers (v2's
+// sender, v1's mc_sender) and nothing else: one handler reads a sweep's replies while they
+// queue in go-choria's client, and decoding whole transports (their payload base64) was slow
+// enough that a 10,000-host sweep's replies held ~17 MB there at once (docs/performance.md).
+func replySender(data []byte) (string, error) {
+	var t struct {
+		Protocol protocol.ProtocolVersion `json:"protocol"`
+		Headers  struct {
+			Sender   string `json:"sender"`
+			MCSender string `json:"mc_sender"`
+		} `json:"headers"`
+	}
+	if err := json.Unmarshal(data, &t); err != nil {
+		return "", fmt.Errorf("undecodable transport: %w", err)
+	}
+	switch t.Protocol {
+	case protocol.TransportV2:
+		return t.Headers.Sender, nil
+	case protocol.TransportV1:
+		return t.Headers.MCSender, nil
+	}
+	return "", fmt.Errorf("unknown transport protocol %q", t.Protocol)
 }
 
 // HandleEvent handles one message from the startup subject. Anything that is not a startup event
