@@ -137,6 +137,9 @@ type Result struct {
 	// From the Temporal SDK's metrics on the provisioner's /metrics at the end of the run.
 	ActivityScheduleToStartMs     *Latency `json:"activity_schedule_to_start_ms,omitempty"`
 	WorkflowTaskScheduleToStartMs *Latency `json:"workflow_task_schedule_to_start_ms,omitempty"`
+	// From the Temporal dev server's own /metrics over the measured window, per host configured:
+	// "persistence_requests/OP", "persistence_seconds/OP", "tasks/TASKTYPE", "service_requests/OP".
+	TemporalServerPerHost map[string]float64 `json:"temporal_server_per_host,omitempty"`
 
 	Kind    string  `json:"kind,omitempty"`
 	Workers int     `json:"workers,omitempty"`
@@ -185,7 +188,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(o.Log, "[%s] "+format+"\n", append([]any{sc.Name}, args...)...)
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +196,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 
 	// the dev stack without its provisioner: Temporal (child process) and the broker
 	devArgs := append([]string{"dev", "--dir", dir, "--servers", "0", "--ui-port", "0", "--temporal-port", strconv.Itoa(tport),
-		"--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--no-provisioner"}, benchDevArgs()...)
+		"--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--temporal-metrics-port", strconv.Itoa(ports[3]), "--no-provisioner"}, benchDevArgs()...)
 	devArgs = append(devArgs, sc.DevArgs...)
 	dev, err := start(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, devArgs...)
 	if err != nil {
@@ -248,6 +251,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 		"--count", strconv.Itoa(sc.Hosts), "--prefix", "bench-", "--status", statusFile, "--rate", fmt.Sprint(sc.Rate)}, sc.SimArgs...)
 
 	c0 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid)}
+	server0, serverErr := serverCounts(ports[3])
 	began := time.Now()
 	sim, err := start(ctx, filepath.Join(dir, "sim.out"), nil, o.Self, simArgs...)
 	if err != nil {
@@ -292,6 +296,10 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	}
 	end := time.Now()
 	c1 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "sim": procstat.CPU(sim.Process.Pid)}
+	server1, err := serverCounts(ports[3])
+	if serverErr == nil {
+		serverErr = err
+	}
 	// the CPU is read: now the profile may finish
 	select {
 	case <-profiled:
@@ -344,6 +352,11 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	res.TemporalPeakRSSMiB = round(procstat.PeakRSSMiB(temporalPID), 0)
 	res.SimulatorPeakRSSMiB = round(procstat.PeakRSSMiB(sim.Process.Pid), 0)
 	res.BrokerPeakRSSMiB = round(procstat.PeakRSSMiB(dev.Process.Pid), 0)
+	if serverErr != nil {
+		logf("Temporal server metrics: %v", serverErr)
+	} else {
+		res.TemporalServerPerHost = perHost(server0, server1, res.Configured)
+	}
 
 	if tg.Kind == KindOurs {
 		if err := sdkLatencies(ports[1], res); err != nil {

@@ -30,7 +30,25 @@ func Bracketed(before, after *Result) *Result {
 	r.RunsPerHost = max(before.RunsPerHost, after.RunsPerHost)
 	r.ActivityScheduleToStartMs = meanLatency(before.ActivityScheduleToStartMs, after.ActivityScheduleToStartMs)
 	r.WorkflowTaskScheduleToStartMs = meanLatency(before.WorkflowTaskScheduleToStartMs, after.WorkflowTaskScheduleToStartMs)
+	r.TemporalServerPerHost = meanSeries(before.TemporalServerPerHost, after.TemporalServerPerHost)
 	return &r
+}
+
+// meanSeries is the mean of each series the two runs both read (nil when either read none).
+func meanSeries(a, b map[string]float64) map[string]float64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range a {
+		out[k] = round((v+b[k])/2, 2)
+	}
+	for k, v := range b {
+		if _, ok := a[k]; !ok {
+			out[k] = round(v/2, 2)
+		}
+	}
+	return out
 }
 
 func meanPercentiles(a, b Percentiles) Percentiles {

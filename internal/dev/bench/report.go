@@ -158,6 +158,11 @@ var metrics = []metric{
 	{"provisioner peak RSS", always(func(r *Result) float64 { return r.ProvisionerPeakRSSMiB }), "MiB"},
 	{"Temporal peak RSS", temporalOnly(func(r *Result) float64 { return r.TemporalPeakRSSMiB }), "MiB"},
 	{"history events/host", temporalOnly(func(r *Result) float64 { return r.HistoryEventsPerHost }), ""},
+	{"Temporal: workflow execution writes/host", serverSeries("persistence_requests/CreateWorkflowExecution", "persistence_requests/UpdateWorkflowExecution"), ""},
+	{"Temporal: task queue backlog writes/host", serverSeries("persistence_requests/CreateTasks"), ""},
+	{"Temporal: history reads/host", serverSeries("persistence_requests/ReadHistoryBranch"), ""},
+	{"Temporal: timer tasks/host", serverFamily("tasks/Timer"), ""},
+	{"Temporal: visibility tasks/host", serverFamily("tasks/Visibility"), ""},
 	{"activity schedule-to-start mean", func(r *Result) (float64, bool) {
 		if r.ActivityScheduleToStartMs == nil {
 			return 0, false
@@ -176,6 +181,33 @@ var metrics = []metric{
 		}
 		return r.WorkflowTaskScheduleToStartMs.P95, true
 	}, "ms"},
+}
+
+// serverSeries sums series of the Temporal server's own metrics (an older bench did not read them).
+func serverSeries(keys ...string) func(*Result) (float64, bool) {
+	return func(r *Result) (float64, bool) {
+		if r.TemporalServerPerHost == nil {
+			return 0, false
+		}
+		var v float64
+		for _, k := range keys {
+			v += r.TemporalServerPerHost[k]
+		}
+		return round(v, 2), true
+	}
+}
+
+// serverFamily sums the Temporal server's series whose key starts with prefix.
+func serverFamily(prefix string) func(*Result) (float64, bool) {
+	return func(r *Result) (float64, bool) {
+		var keys []string
+		for k := range r.TemporalServerPerHost {
+			if strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+			}
+		}
+		return serverSeries(keys...)(r)
+	}
 }
 
 func value(m metric, r *Result) string {

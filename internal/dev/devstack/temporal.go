@@ -32,6 +32,9 @@ type TemporalOptions struct {
 	UICodecEndpoint string
 	// DynamicConfig are extra KEY=JSON dynamic config values (tuning experiments).
 	DynamicConfig []string
+	// MetricsPort is the server's own Prometheus /metrics (0: a random port, as the CLI does);
+	// the bench reads Temporal's persistence operations per host from it.
+	MetricsPort int
 }
 
 // FindTemporalBinary looks for the temporal CLI next to this executable, then in .bin/ of the
@@ -104,6 +107,9 @@ func startTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	}
 	if o.UICodecEndpoint != "" {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--ui-codec-endpoint", o.UICodecEndpoint)
+	}
+	if o.MetricsPort != 0 {
+		opts.ExtraArgs = append(opts.ExtraArgs, "--metrics-port", fmt.Sprint(o.MetricsPort))
 	}
 	// eager activities: a workflow task that schedules an activity on its own task queue gets
 	// the activity back in its response, skipping a matching dispatch (the Go SDK asks for them
