@@ -138,7 +138,7 @@ type Result struct {
 	ActivityScheduleToStartMs     *Latency `json:"activity_schedule_to_start_ms,omitempty"`
 	WorkflowTaskScheduleToStartMs *Latency `json:"workflow_task_schedule_to_start_ms,omitempty"`
 	// From the Temporal dev server's own /metrics over the measured window, per host configured:
-	// "persistence_requests/OP", "persistence_seconds/OP", "tasks/TASKTYPE", "service_requests/OP".
+	// "persistence_requests/OP", "persistence_ms/OP" (the database's time, waits for its one connection included), "tasks/TASKTYPE", "service_requests/OP".
 	TemporalServerPerHost map[string]float64 `json:"temporal_server_per_host,omitempty"`
 
 	Kind    string  `json:"kind,omitempty"`

@@ -18,7 +18,8 @@ var serverCounters = []struct {
 	value       func(*dto.Metric) float64
 }{
 	{"persistence_requests", "persistence_requests", func(m *dto.Metric) float64 { return m.GetCounter().GetValue() }},
-	{"persistence_seconds", "persistence_latency", func(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() }},
+	// in milliseconds: per host, seconds rounded to two decimals said nothing
+	{"persistence_ms", "persistence_latency", func(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() * 1000 }},
 	{"tasks", "task_latency", func(m *dto.Metric) float64 { return float64(m.GetHistogram().GetSampleCount()) }},
 	{"service_requests", "service_requests", func(m *dto.Metric) float64 { return m.GetCounter().GetValue() }},
 }

@@ -43,7 +43,7 @@ func TestServerCountsPerHost(t *testing.T) {
 	before, err := serverCounts(port)
 	require.NoError(t, err)
 	require.Equal(t, 200.0, before["persistence_requests/UpdateWorkflowExecution"], "summed over namespaces")
-	require.Equal(t, 0.5, before["persistence_seconds/UpdateWorkflowExecution"])
+	require.Equal(t, 500.0, before["persistence_ms/UpdateWorkflowExecution"])
 	require.Equal(t, 70.0, before["tasks/TimerActiveTaskWorkflowTaskTimeout"])
 
 	after := map[string]float64{}
