@@ -32,6 +32,12 @@ type Starter interface {
 	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 	GetWorkflow(ctx context.Context, workflowID string, runID string) client.WorkflowRun
+	Lister
+}
+
+// Lister is the part of the Temporal client a sweep lists the open runs with.
+type Lister interface {
+	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
 }
 
 // PauseChecker tells whether fleet-wide provisioning is paused.
@@ -202,27 +208,29 @@ func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 	// makes its sighting stale
 	sweptAt := d.now().UTC()
 
+	open := d.listOpen(ctx)
+
 	// replies are queued, never waited on: go-choria's client drops what is still unread when
 	// the window closes
 	queue := make(chan string, SweepQueueSize)
 	var (
-		mu      sync.Mutex
-		seen    = map[string]bool{}
-		found   int
-		dropped int
-		handed  int
-		wg      sync.WaitGroup
+		mu       sync.Mutex
+		seen     = map[string]bool{}
+		found    int
+		dropped  int
+		handed   int
+		absorbed int
+		wg       sync.WaitGroup
 	)
 	for i := 0; i < d.opts.StartConcurrency; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for id := range queue {
-				if h, err := d.sighted(ctx, id, workflows.SourceDiscovery, sweptAt); err == nil && h {
-					mu.Lock()
-					handed++
-					mu.Unlock()
-				}
+				h, a := d.handOver(ctx, id, sweptAt, open)
+				mu.Lock()
+				handed, absorbed = handed+h, absorbed+a
+				mu.Unlock()
 			}
 		}()
 	}
@@ -253,8 +261,109 @@ func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 	if dropped > 0 {
 		d.log.Warn("sweep queue full, hosts left for the next sweep", zap.Int("dropped", dropped), zap.Int("queue", SweepQueueSize))
 	}
-	d.log.Info("discovery sweep", zap.Int("found", found), zap.Int("handed_over", handed))
+	d.log.Info("discovery sweep", zap.Int("found", found), zap.Int("handed_over", handed), zap.Int("at_work", absorbed))
 	return handed, nil
+}
+
+// handOver judges one sweep sighting: absorbed by a run the listing found at work (1, as
+// absorbed), else judged against the host's latest run and handed to Temporal (1, as handed) or not.
+func (d *Discoverer) handOver(ctx context.Context, identity string, sweptAt time.Time, open *openRuns) (handed, absorbed int) {
+	if open.absorbs(ctx, identity) {
+		return 0, 1
+	}
+	if h, err := d.sighted(ctx, identity, workflows.SourceDiscovery, sweptAt); err == nil && h {
+		return 1, 0
+	}
+	return 0, 0
+}
+
+// openRuns is what one listing at a sweep's start says about the hosts' runs: the workflow IDs
+// of the runs that absorb a sighting of their host (AbsorbingRuns), once done is closed; none
+// when the listing failed, and every sighting is then judged by a describe of its own.
+type openRuns struct {
+	done chan struct{}
+	ids  map[string]struct{}
+}
+
+// listOpen lists the open runs while the sweep's replies arrive. A describe per sighting was the
+// sweep's cost at scale: a 10,000-host burst's first sweep described every open run one at a
+// time (the provisioner's peak memory, docs/performance.md), each a history-service read of the
+// run's mutable state; one paged visibility query reads them all.
+func (d *Discoverer) listOpen(ctx context.Context) *openRuns {
+	o := &openRuns{done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		lctx, cancel := context.WithTimeout(ctx, ListTimeout)
+		defer cancel()
+		ids, err := AbsorbingRuns(lctx, d.starter)
+		if err != nil {
+			d.log.Warn("could not list the open runs, describing each sighted host's run instead", zap.Error(err))
+			return
+		}
+		o.ids = ids
+	}()
+	return o
+}
+
+// absorbs waits for the listing and says whether it found a run at work on the host.
+func (o *openRuns) absorbs(ctx context.Context, identity string) bool {
+	select {
+	case <-o.done:
+	case <-ctx.Done():
+		return false
+	}
+	_, ok := o.ids[workflows.WorkflowID(identity)]
+	return ok
+}
+
+// ListTimeout bounds a sweep's listing of the open runs; past it the sweep describes instead.
+const ListTimeout = 30 * time.Second
+
+// listPageSize is the runs per page of that listing (the visibility store's usual maximum).
+const listPageSize = 1000
+
+// openRunsQuery finds every open run of the host workflow, whatever its task queue: a describe
+// by workflow ID, which it replaces, did not look at the task queue either.
+const openRunsQuery = "WorkflowType = '" + workflows.WorkflowName + "' AND ExecutionStatus = 'Running'"
+
+// AbsorbingRuns lists, in one paged visibility query, the workflow IDs of the open runs that
+// absorb a sweep's sighting of their host: the runs before their helper, and deferred ones. A run
+// at its helper or restart may be past its restart RPC (runs upsert no step after the helper)
+// and is described, as every run was before. The listing can lag the runs by a moment (the
+// visibility store is written after the history): a run listed before its helper that has since
+// finished has restarted its host, so a sighting it absorbs is an echo; one that failed since
+// is found again by the next sweep.
+func AbsorbingRuns(ctx context.Context, l Lister) (map[string]struct{}, error) {
+	ids := map[string]struct{}{}
+	var token []byte
+	for {
+		resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			PageSize: listPageSize, NextPageToken: token, Query: openRunsQuery})
+		if err != nil {
+			return nil, fmt.Errorf("listing the open runs: %w", err)
+		}
+		for _, info := range resp.GetExecutions() {
+			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && !mayBeFinishing(info) {
+				ids[info.GetExecution().GetWorkflowId()] = struct{}{}
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return ids, nil
+		}
+	}
+}
+
+// mayBeFinishing says whether an open run may be past its restart RPC, by its search attributes:
+// at its helper (a run upserts no step after it) or at restart, and not deferred.
+func mayBeFinishing(info *workflowpb.WorkflowExecutionInfo) bool {
+	if keyword(info, workflows.OutcomeKey.GetName()) == workflows.OutcomeDeferred {
+		return false
+	}
+	switch keyword(info, workflows.StepKey.GetName()) {
+	case workflows.StepHelper, workflows.StepRestart:
+		return true
+	}
+	return false
 }
 
 // SweepQueueSize bounds the sightings of one sweep waiting to be handed to Temporal.
@@ -385,11 +494,7 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		// a run in its restart grace has no activity pending and will not serve this sighting;
 		// one with an activity pending, deferred, or not yet at its helper will
-		if len(resp.GetPendingActivities()) > 0 || keyword(info, workflows.OutcomeKey.GetName()) == workflows.OutcomeDeferred {
-			return openRun
-		}
-		switch keyword(info, workflows.StepKey.GetName()) {
-		case workflows.StepHelper, workflows.StepRestart:
+		if len(resp.GetPendingActivities()) == 0 && mayBeFinishing(info) {
 			return finishing
 		}
 		return openRun

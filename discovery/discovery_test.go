@@ -95,6 +95,29 @@ type recordingStarter struct {
 	// closeAfter: after this many descriptions, the run is closed (latest becomes closed)
 	closeAfter int
 	closed     *workflowpb.WorkflowExecutionInfo
+	// open is what a listing of the open runs returns, page by page; listErr fails it
+	open    []*workflowpb.WorkflowExecutionInfo
+	listErr error
+	lists   []*workflowservice.ListWorkflowExecutionsRequest
+}
+
+func (r *recordingStarter) ListWorkflow(ctx context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lists = append(r.lists, req)
+	if r.listErr != nil {
+		return nil, r.listErr
+	}
+	from := 0
+	if len(req.NextPageToken) > 0 {
+		fmt.Sscan(string(req.NextPageToken), &from)
+	}
+	to := min(from+int(req.PageSize), len(r.open))
+	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: r.open[from:to]}
+	if to < len(r.open) {
+		resp.NextPageToken = []byte(fmt.Sprint(to))
+	}
+	return resp, nil
 }
 
 func (r *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, run string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
@@ -385,4 +408,75 @@ func TestSightingOfAFinishingRunWaitsForItsEnd(t *testing.T) {
 		require.Zero(t, s.started(), name)
 		require.Equal(t, 1, s.described, name)
 	}
+}
+
+// A sweep judges the sightings of hosts at work by one listing of the open runs instead of a
+// describe each; a run that may be finishing is still described, and a failed listing leaves
+// every sighting to a describe of its own.
+func TestSweepJudgesHostsAtWorkByOneListing(t *testing.T) {
+	run := func(identity string, status enumspb.WorkflowExecutionStatus, attrs map[string]string) *workflowpb.WorkflowExecutionInfo {
+		return &workflowpb.WorkflowExecutionInfo{Status: status, SearchAttributes: searchAttrs(t, attrs),
+			Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(identity), RunId: "r-" + identity}}
+	}
+	step, outcome := workflows.StepKey.GetName(), workflows.OutcomeKey.GetName()
+	running := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	var open []*workflowpb.WorkflowExecutionInfo
+	for i := range 2500 { // three pages
+		open = append(open, run(fmt.Sprintf("queued%d", i), running, map[string]string{outcome: workflows.OutcomeRunning}))
+	}
+	open = append(open,
+		run("reading", running, map[string]string{step: workflows.StepInventory}),
+		run("deferred", running, map[string]string{step: workflows.StepDeferred, outcome: workflows.OutcomeDeferred}),
+		run("helper", running, map[string]string{step: workflows.StepHelper}),
+		run("restart", running, map[string]string{step: workflows.StepRestart}),
+		run("closed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, nil))
+
+	s := &recordingStarter{open: open}
+	ids, err := AbsorbingRuns(context.Background(), s)
+	require.NoError(t, err)
+	require.Len(t, s.lists, 3)
+	require.Equal(t, "WorkflowType = 'ProvisionHost' AND ExecutionStatus = 'Running'", s.lists[0].Query)
+	require.Len(t, ids, 2502)
+	for _, id := range []string{"queued0", "queued2499", "reading", "deferred"} {
+		require.Contains(t, ids, workflows.WorkflowID(id))
+	}
+	for _, id := range []string{"helper", "restart", "closed"} {
+		require.NotContains(t, ids, workflows.WorkflowID(id), "may be finishing, or not open: described")
+	}
+
+	// the handover: a host at work is absorbed without a describe; one at its helper is
+	// described (running, an activity pending: absorbed by that run); one unknown is started
+	s = &recordingStarter{open: open, pending: 1}
+	d, _ := newTestDiscoverer(t, s)
+	o := d.listOpen(context.Background())
+	sweptAt := time.Now()
+	for _, c := range []struct {
+		identity          string
+		latest            *workflowpb.WorkflowExecutionInfo // what a describe says
+		handed, absorbed  int
+		described, starts int
+	}{
+		{"queued7", nil, 0, 1, 0, 0},
+		{"deferred", nil, 0, 1, 0, 0},
+		{"helper", open[len(open)-3], 0, 0, 1, 0},
+		{"new-host", nil, 1, 0, 2, 1},
+	} {
+		s.mu.Lock()
+		s.latest = c.latest
+		s.mu.Unlock()
+		h, a := d.handOver(context.Background(), c.identity, sweptAt, o)
+		require.Equal(t, [2]int{c.handed, c.absorbed}, [2]int{h, a}, c.identity)
+		require.Equal(t, c.described, s.described, c.identity)
+		require.Equal(t, c.starts, s.started(), c.identity)
+	}
+
+	// the listing fails: every sighting is described, as before
+	s = &recordingStarter{open: open, listErr: serviceerror.NewUnavailable("visibility store down")}
+	_, err = AbsorbingRuns(context.Background(), s)
+	require.ErrorContains(t, err, "visibility store down")
+	d, _ = newTestDiscoverer(t, s)
+	o = d.listOpen(context.Background())
+	h, a := d.handOver(context.Background(), "queued7", sweptAt, o)
+	require.Equal(t, [2]int{1, 0}, [2]int{h, a})
+	require.Equal(t, 1, s.described)
 }

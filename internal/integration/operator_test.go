@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
+	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
@@ -281,4 +283,50 @@ lines:
 		n++
 	}
 	return n
+}
+
+// A sweep judges the hosts at work by one listing of the open runs in the real visibility
+// store: a run waiting for its first workflow task is listed (as a burst's hosts wait), one in
+// its helper is not (it may be past its restart: described, as before), a closed one is not.
+func TestIntegrationSweepListsTheRunsAtWork(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
+	ctx := context.Background()
+	svc := e.provisioner("replica-a")
+	done := e.stack.Fleet.Members[0]
+	e.waitProvisioned(60*time.Second, done)
+
+	e.setFlag("helper-slow", true)
+	slow, err := e.stack.Fleet.Start(1)
+	require.NoError(t, err)
+	op := e.operator()
+	require.Eventually(t, func() bool {
+		d, err := op.Show(ctx, slow.Identity)
+		return err == nil && d.Step == workflows.StepHelper
+	}, 60*time.Second, 100*time.Millisecond)
+
+	waiting := e.stack.Opts.IdentityPrefix + "waiting"
+	in := service.WorkflowInput(e.cfg)
+	in.Identity = waiting
+	_, err = e.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.WorkflowID(waiting),
+		TaskQueue: e.cfg.Temporal.TaskQueue + "-nobody-polls", TypedSearchAttributes: workflows.StartSearchAttributes(in)},
+		workflows.WorkflowName, in)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.client.TerminateWorkflow(ctx, workflows.WorkflowID(waiting), "", "test over") })
+
+	var ids map[string]struct{}
+	require.Eventually(t, func() bool {
+		ids, err = discovery.AbsorbingRuns(ctx, e.client)
+		_, listed := ids[workflows.WorkflowID(waiting)]
+		return err == nil && listed
+	}, 20*time.Second, 200*time.Millisecond, "the waiting run is not listed as at work: %v", err)
+	require.NotContains(t, ids, workflows.WorkflowID(slow.Identity), "a run in its helper is described, not listed")
+	require.NotContains(t, ids, workflows.WorkflowID(done.Identity), "a closed run is not at work")
+
+	// the sweep finds the slow host in provisioning mode: its run absorbs the sighting
+	handed, err := svc.Sweep(ctx)
+	require.NoError(t, err)
+	require.Zero(t, handed)
+	e.setFlag("helper-slow", false)
+	e.waitProvisioned(60*time.Second, slow)
+	e.runs(slow.Identity, 1)
 }
