@@ -193,6 +193,15 @@ func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
 	}
 }
 
+// HelperTaskSlots is how many helper tasks one process takes from Temporal at once: twice
+// workers. workers itself bounds the helper processes (the semaphore in activities.RunHelper),
+// but a task holds its slot for longer than its helper runs: from the poll that brings it to the
+// completion that reports it, each a round trip to a server that in a burst is the busiest part
+// of the system. With as many slots as helpers, those round trips left the helpers idle and
+// bounded a burst (docs/performance.md); a task in a spare slot waits for a helper in this
+// process, for at most one helper run at a time per slot.
+func HelperTaskSlots(workers int) int { return 2 * workers }
+
 // helperQueue is the queue helper calls go to. Fast mode runs the helper as a local activity
 // (bounded per process by the same workers semaphore) unless helper_rate_limit asks Temporal to
 // limit it across the fleet, which only a task queue can do.
@@ -275,7 +284,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		// (the Choria Provisioner's meaning of workers), so the next host's helper waits in
 		// Temporal for whichever process has room; helper_rate_limit caps the queue fleet-wide
 		hq := s.cfg.HelperTaskQueue()
-		ho := worker.Options{WorkerStopTimeout: DrainTimeout, MaxConcurrentActivityExecutionSize: s.cfg.Workers}
+		ho := worker.Options{WorkerStopTimeout: DrainTimeout, MaxConcurrentActivityExecutionSize: HelperTaskSlots(s.cfg.Workers)}
 		if s.cfg.HelperRateLimit > 0 {
 			ho.TaskQueueActivitiesPerSecond = s.cfg.HelperRateLimit
 		}
