@@ -144,11 +144,12 @@ func defaults() map[string]any {
 		// hosts from 6.0 to 8.8 hosts/s, 16 did no better (docs/performance.md)
 		"temporal.workflow_pollers": 8,
 		"temporal.activity_pollers": 8,
-		// every RPC in flight holds go-choria's 1.6 MB reply buffer (client/client.New), so
-		// concurrent steps bound memory: 200 is ~320 MB at most, and 20x what 10 hosts/s needs
+		// concurrent steps bound memory: on x509 (protocol v1) sites every RPC in flight holds
+		// go-choria's 1.6 MB reply buffer (~320 MB at 200), on v2 sites a few kB (the
+		// activities build their requests themselves); 200 is ~10x what 20 hosts/s keeps busy
 		"temporal.max_concurrent_activities": 200,
 		// a run in the cache holds ~80 kB (its coroutines' stacks, its state); the SDK's 10,000
-		// let a 10,000-host burst hold 480 MiB (126 MiB at 500). An evicted run's next task replays its ~40 history
+		// let a 10,000-host burst hold 480 MiB (85-126 MiB at 500). An evicted run's next task replays its ~40 history
 		// events: at 3,000 hosts at once, 400 cost no measurable rate (docs/performance.md)
 		"temporal.workflow_cache_size": 500,
 	}
