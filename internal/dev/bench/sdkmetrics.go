@@ -25,15 +25,24 @@ const (
 	workflowTaskScheduleToStart = "temporal_workflow_task_schedule_to_start_latency_seconds"
 )
 
-// sdkLatencies reads the schedule-to-start latencies from the provisioner's /metrics.
-func sdkLatencies(port int, res *Result) error {
+// scrape reads a Prometheus page on a loopback port.
+func scrape(port int) (map[string]*dto.MetricFamily, error) {
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading /metrics on port %d: %w", port, err)
+	}
+	return families, nil
+}
+
+// sdkLatencies reads the schedule-to-start latencies from the provisioner's /metrics.
+func sdkLatencies(port int, res *Result) error {
+	families, err := scrape(port)
 	if err != nil {
 		return err
 	}

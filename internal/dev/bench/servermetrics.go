@@ -2,11 +2,8 @@ package bench
 
 import (
 	"fmt"
-	"net/http"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The Temporal dev server's own series the bench reads, by the operation label:
@@ -21,21 +18,18 @@ var serverCounters = []struct {
 	// in milliseconds: per host, seconds rounded to two decimals said nothing
 	{"persistence_ms", "persistence_latency", func(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() * 1000 }},
 	{"tasks", "task_latency", func(m *dto.Metric) float64 { return float64(m.GetHistogram().GetSampleCount()) }},
+	// the visibility store's own: in the dev server the same SQLite file as the rest
+	{"visibility_requests", "visibility_persistence_requests", func(m *dto.Metric) float64 { return m.GetCounter().GetValue() }},
+	{"visibility_ms", "visibility_persistence_latency", func(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() * 1000 }},
 	{"service_requests", "service_requests", func(m *dto.Metric) float64 { return m.GetCounter().GetValue() }},
 }
 
 // serverCounts reads the server's counters from its /metrics, summed over every label but the
 // operation (namespace, service), keyed "key/operation".
 func serverCounts(port int) (map[string]float64, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	families, err := scrape(port)
 	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("reading the Temporal server's metrics: %w", err)
+		return nil, fmt.Errorf("the Temporal server's metrics: %w", err)
 	}
 	out := map[string]float64{}
 	for _, c := range serverCounters {

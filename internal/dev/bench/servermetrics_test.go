@@ -21,6 +21,8 @@ persistence_latency_bucket{operation="UpdateWorkflowExecution",service_name="his
 persistence_latency_bucket{operation="UpdateWorkflowExecution",service_name="history",le="+Inf"} 200
 persistence_latency_sum{operation="UpdateWorkflowExecution",service_name="history"} 0.5
 persistence_latency_count{operation="UpdateWorkflowExecution",service_name="history"} 200
+# TYPE visibility_persistence_requests counter
+visibility_persistence_requests{operation="UpsertWorkflowExecution",service_name="history",visibility_plugin_name="sqlite"} 20
 # TYPE task_latency histogram
 task_latency_bucket{operation="TimerActiveTaskWorkflowTaskTimeout",le="+Inf"} 70
 task_latency_sum{operation="TimerActiveTaskWorkflowTaskTimeout"} 1
@@ -45,6 +47,7 @@ func TestServerCountsPerHost(t *testing.T) {
 	require.Equal(t, 200.0, before["persistence_requests/UpdateWorkflowExecution"], "summed over namespaces")
 	require.Equal(t, 500.0, before["persistence_ms/UpdateWorkflowExecution"])
 	require.Equal(t, 70.0, before["tasks/TimerActiveTaskWorkflowTaskTimeout"])
+	require.Equal(t, 20.0, before["visibility_requests/UpsertWorkflowExecution"], "the visibility store's writes")
 
 	after := map[string]float64{}
 	for k, v := range before {
