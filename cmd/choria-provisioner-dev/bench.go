@@ -31,6 +31,7 @@ type benchCommand struct {
 	simArgs        []string
 	merge          []string
 	bracket        bool
+	rounds         int
 }
 
 func (b *benchCommand) register(app *fisk.Application) {
@@ -52,6 +53,7 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("sim-arg", "Extra fleet-sim flag in every scenario (repeatable), e.g. --sim-arg=--go-choria-wire").StringsVar(&b.simArgs)
 	cmd.Flag("dev-arg", "Extra dev stack flag in every scenario (repeatable), e.g. --dev-arg=--temporal-dynamic-config=KEY=JSON").StringsVar(&b.devArgs)
 	cmd.Flag("bracket", "Run this build again after the others on each scenario and compare the mean of its two runs (the machine drifts within an invocation)").UnNegatableBoolVar(&b.bracket)
+	cmd.Flag("rounds", "Run every build this many times on each scenario, in turns, and report medians and the range of this build's ratios (with --baseline-bin or --original-bin)").Default("1").IntVar(&b.rounds)
 	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
 	cmd.Flag("markdown", "Markdown file whose generated table is rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
@@ -114,10 +116,10 @@ func (b *benchCommand) run(ctx context.Context) error {
 		sc.SimArgs = append(append([]string{}, sc.SimArgs...), b.simArgs...)
 		return sc
 	}
+	if b.rounds < 1 {
+		return fmt.Errorf("--rounds %d: at least one", b.rounds)
+	}
 	var results []*bench.Result
-	var comparisons []bench.Comparison
-	// the others' runs of a scenario, kept for the scenarios compared with it (CompareWith)
-	theirs := map[string][]*bench.Result{}
 	save := func(res *bench.Result) error {
 		results = append(results, res)
 		fmt.Print(bench.Table([]*bench.Result{res}))
@@ -136,53 +138,80 @@ func (b *benchCommand) run(ctx context.Context) error {
 		}
 		return res, save(res)
 	}
-	for _, name := range order {
-		sc := prepare(byName[name])
-		mine, err := runOne(sc, ours)
+	// the others' runs of a scenario in a round, kept for the scenarios compared with it (CompareWith)
+	theirs := map[string][]*bench.Result{}
+	round := func(sc bench.Scenario, n int) (bench.Comparison, error) {
+		labelled := func(tg bench.Target) bench.Target {
+			tg.Label = bench.RoundVariant(tg.Label, n, b.rounds)
+			return tg
+		}
+		mine, err := runOne(sc, labelled(ours))
 		if err != nil {
-			return err
+			return bench.Comparison{}, err
 		}
 		ref := sc.Name
 		if sc.CompareWith != "" {
 			ref = sc.CompareWith
 		}
-		if _, done := theirs[ref]; !done && len(others) > 0 {
+		key := fmt.Sprintf("%s#%d", ref, n)
+		if _, done := theirs[key]; !done && len(others) > 0 {
 			rsc := prepare(byName[ref])
 			for _, tg := range others {
-				res, err := runOne(rsc, tg)
+				res, err := runOne(rsc, labelled(tg))
 				if err != nil {
-					return err
+					return bench.Comparison{}, err
 				}
-				theirs[ref] = append(theirs[ref], res)
+				theirs[key] = append(theirs[key], res)
 			}
 		}
 		if b.bracket && len(others) > 0 {
 			again := ours
 			again.Label = strings.TrimSpace(ours.Label + " again")
-			after, err := runOne(sc, again)
+			after, err := runOne(sc, labelled(again))
 			if err != nil {
-				return err
+				return bench.Comparison{}, err
 			}
 			mine = bench.Bracketed(mine, after)
-			mine.Variant = strings.TrimSpace(ours.Label + " mean of before and after")
+			mine.Variant = bench.RoundVariant(strings.TrimSpace(ours.Label+" mean of before and after"), n, b.rounds)
 			if err := save(mine); err != nil {
-				return err
+				return bench.Comparison{}, err
 			}
 		}
 		c := bench.Comparison{Scenario: sc.Name, Ours: mine}
-		for _, r := range theirs[ref] {
+		for _, r := range theirs[key] {
 			if r.Kind == bench.KindOriginal {
 				c.Original = r
 			} else {
 				c.Baseline = r
 			}
 		}
-		comparisons = append(comparisons, c)
-		if len(others) > 0 {
-			fmt.Print(bench.Ratios([]bench.Comparison{c}))
-			if err := bench.SaveRatios(b.mdFile, comparisons); err != nil {
+		return c, nil
+	}
+	var generated []string
+	for _, name := range order {
+		sc := prepare(byName[name])
+		var rounds []bench.Comparison
+		for n := 1; n <= b.rounds; n++ {
+			c, err := round(sc, n)
+			if err != nil {
 				return err
 			}
+			rounds = append(rounds, c)
+			if len(others) > 0 {
+				fmt.Print(bench.Ratios([]bench.Comparison{c}))
+			}
+		}
+		if len(others) == 0 {
+			continue
+		}
+		text := bench.Ratios(rounds)
+		if b.rounds > 1 {
+			text = bench.Rounds(rounds)
+			fmt.Print(text)
+		}
+		generated = append(generated, text)
+		if err := bench.SaveRatios(b.mdFile, strings.Join(generated, "")); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 )
 
@@ -163,6 +164,7 @@ var metrics = []metric{
 	{"Temporal: history reads/host", serverSeries("persistence_requests/ReadHistoryBranch"), ""},
 	{"Temporal: timer tasks/host", serverFamily("tasks/Timer"), ""},
 	{"Temporal: visibility tasks/host", serverFamily("tasks/Visibility"), ""},
+	{"Temporal: visibility store writes/host", serverFamily("visibility_requests/"), ""},
 	{"activity schedule-to-start mean", func(r *Result) (float64, bool) {
 		if r.ActivityScheduleToStartMs == nil {
 			return 0, false
@@ -211,13 +213,22 @@ func serverFamily(prefix string) func(*Result) (float64, bool) {
 }
 
 func value(m metric, r *Result) string {
-	if r == nil {
-		return "–"
-	}
-	v, ok := m.get(r)
+	v, ok := m.of(r)
 	if !ok {
 		return "–"
 	}
+	return format(m, v)
+}
+
+// of is the metric's value, false for a build not run or without it.
+func (m metric) of(r *Result) (float64, bool) {
+	if r == nil {
+		return 0, false
+	}
+	return m.get(r)
+}
+
+func format(m metric, v float64) string {
 	switch m.unit {
 	case "ms":
 		return ms(v)
@@ -305,9 +316,92 @@ func loads(c Comparison) string {
 	return strings.Join(parts, ", ")
 }
 
+// Rounds renders several rounds of one scenario's comparison (each round runs every build once,
+// minutes apart): each build's median over the rounds, and this build's ratio to each of the
+// others as the median of the rounds' ratios with their range. A ratio pairs runs made close
+// together; the machine's speed moves by a third between invocations, and a median of the
+// pairs is what one invocation cannot give.
+func Rounds(rounds []Comparison) string {
+	if len(rounds) == 0 || rounds[0].Ours == nil {
+		return ""
+	}
+	var b strings.Builder
+	first := rounds[0]
+	bl, ol := "baseline", "Choria Provisioner"
+	if first.Baseline != nil {
+		bl = strings.TrimSuffix(first.Baseline.Variant, roundSuffix(1))
+	}
+	if first.Original != nil {
+		ol = strings.TrimSuffix(first.Original.Variant, roundSuffix(1))
+	}
+	fmt.Fprintf(&b, "\n**%s**, %d hosts", first.Scenario, first.Ours.Hosts)
+	if first.Ours.ArrivalRate > 0 {
+		fmt.Fprintf(&b, " at %.0f/s", first.Ours.ArrivalRate)
+	}
+	fmt.Fprintf(&b, ": medians of %d rounds; this build's ratios as the median of the rounds' (lowest–highest)\n\n", len(rounds))
+	fmt.Fprintf(&b, "| metric | this build | %s | this / %s | %s | this / %s |\n|---|---|---|---|---|---|\n", bl, bl, ol, ol)
+	side := func(m metric, pick func(Comparison) *Result) (string, string) {
+		var vals, ratios []float64
+		for _, c := range rounds {
+			if v, ok := m.of(pick(c)); ok {
+				vals = append(vals, v)
+			}
+			if r, ok := ratio(m, c.Ours, pick(c)); ok {
+				ratios = append(ratios, r)
+			}
+		}
+		v, r := "–", "–"
+		if len(vals) > 0 {
+			v = format(m, median(vals))
+		}
+		if len(ratios) > 0 {
+			sort.Float64s(ratios)
+			r = fmt.Sprintf("**%.2f×** (%.2f–%.2f)", median(ratios), ratios[0], ratios[len(ratios)-1])
+		}
+		return v, r
+	}
+	for _, m := range metrics {
+		var ours []float64
+		for _, c := range rounds {
+			if v, ok := m.of(c.Ours); ok {
+				ours = append(ours, v)
+			}
+		}
+		mine := "–"
+		if len(ours) > 0 {
+			mine = format(m, median(ours))
+		}
+		bv, br := side(m, func(c Comparison) *Result { return c.Baseline })
+		ov, or := side(m, func(c Comparison) *Result { return c.Original })
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", m.name, mine, bv, br, ov, or)
+	}
+	return b.String()
+}
+
+// roundSuffix ends the variant of a run made in round n of several.
+func roundSuffix(n int) string { return fmt.Sprintf(" round %d", n) }
+
+// RoundVariant is a run's variant in round n of rounds: the results file keeps each round's.
+func RoundVariant(variant string, n, rounds int) string {
+	if rounds <= 1 {
+		return variant
+	}
+	return strings.TrimSpace(variant + roundSuffix(n))
+}
+
+func median(vs []float64) float64 {
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
 // SaveRatios rewrites the generated comparison in the markdown file between its markers; a file
 // without them is left alone.
-func SaveRatios(mdFile string, cs []Comparison) error {
+func SaveRatios(mdFile, generated string) error {
 	md, err := os.ReadFile(mdFile)
 	if err != nil {
 		return err
@@ -317,6 +411,6 @@ func SaveRatios(mdFile string, cs []Comparison) error {
 	if i < 0 || j < i {
 		return nil
 	}
-	s = s[:i+len(RatioBeginMarker)] + "\n" + Ratios(cs) + "\n" + s[j:]
+	s = s[:i+len(RatioBeginMarker)] + "\n" + generated + "\n" + s[j:]
 	return os.WriteFile(mdFile, []byte(s), 0o644)
 }

@@ -35,3 +35,23 @@ func TestRatiosAgainstBaselineAndOriginal(t *testing.T) {
 	require.Contains(t, table, "| provisioner CPU/host | 15.0 ms | 40.0 ms | **0.38×** | 30.0 ms | **0.50×** |")
 	require.True(t, strings.Contains(table, "| Temporal CPU/host | 50.0 ms | 100.0 ms | **0.50×** | – | – |"), table)
 }
+
+func TestRoundsGiveMediansAndTheRatiosRange(t *testing.T) {
+	var rounds []Comparison
+	for i, v := range []struct{ ours, base, orig float64 }{{40, 60, 0}, {50, 100, 0}, {45, 50, 0}} {
+		n := i + 1
+		rounds = append(rounds, Comparison{Scenario: "burst-500",
+			Ours:     &Result{Scenario: "burst-500", Variant: RoundVariant("", n, 3), Hosts: 500, TemporalCPUMsPerHost: v.ours, HostsPerSecond: float64(20 + n), Kind: KindOurs},
+			Baseline: &Result{Scenario: "burst-500", Variant: RoundVariant("30d576c", n, 3), Hosts: 500, TemporalCPUMsPerHost: v.base, HostsPerSecond: 10, Kind: KindOurs},
+			Original: &Result{Scenario: "burst-500", Variant: RoundVariant("Choria Provisioner", n, 3), Hosts: 500, HostsPerSecond: 30, Kind: KindOriginal}})
+	}
+	require.Equal(t, "30d576c round 2", rounds[1].Baseline.Variant)
+	require.Equal(t, "30d576c", RoundVariant("30d576c", 1, 1), "one round: the variant as given")
+	table := Rounds(rounds)
+	require.Contains(t, table, "medians of 3 rounds")
+	require.Contains(t, table, "| metric | this build | 30d576c | this / 30d576c | Choria Provisioner | this / Choria Provisioner |")
+	// ratios 0.67, 0.50, 0.90: median 0.67, range 0.50–0.90; each build's value its own median
+	require.Contains(t, table, "| Temporal CPU/host | 45.0 ms | 60.0 ms | **0.67×** (0.50–0.90) | – | – |")
+	require.Contains(t, table, "| hosts/s | 22 | 10 | **2.20×** (2.10–2.30) | 30 | **0.73×** (0.70–0.77) |")
+	require.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+}
