@@ -110,12 +110,13 @@ lint:
 ## BENCH_SCENARIOS=burst-500,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test);
 ## BENCH_BASELINE=older/choria-provisioner and BENCH_ORIGINAL=path/to/the/Choria/Provisioner run
 ## them on the same scenarios in the same invocation and print this build's metrics as ratios
-## (of the mean of this build's runs before and after theirs: the machine drifts within an invocation)
+## (of the mean of this build's runs before and after theirs: the machine drifts within an invocation);
+## BENCH_ROUNDS=3 runs every build three times in turns and reports medians and the ratios' range
 BENCH_SCENARIOS ?= burst-500,burst-500-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
 	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS)) \
 		$(if $(BENCH_BASELINE),--baseline-bin $(BENCH_BASELINE)) $(if $(BENCH_ORIGINAL),--original-bin $(BENCH_ORIGINAL)) \
-		$(if $(BENCH_BASELINE)$(BENCH_ORIGINAL),--bracket) $(BENCH_ARGS)
+		$(if $(BENCH_BASELINE)$(BENCH_ORIGINAL),--bracket) $(if $(BENCH_ROUNDS),--rounds $(BENCH_ROUNDS)) $(BENCH_ARGS)
 
 ## bench-small-fleet: provisioner start to 10 real waiting servers connected, 5 runs (docs/performance.md);
 ## BEFORE_BIN=path adds another build of this project, ORIGINAL_BIN=path the Choria Provisioner
