@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/choria-temporal/provisioner/internal/dev/examplehelper"
 )
@@ -24,6 +25,7 @@ func main() {
 	flag.StringVar(&o.LogLevel, "loglevel", "info", "Server log level")
 	refuse := flag.String("refuse", "", "Demo: comma-separated identities to fail until --fix-file exists")
 	flag.StringVar(&o.FixFile, "fix-file", "", "Demo: the file whose existence approves the --refuse identities")
+	delay := flag.Duration("delay", 0, "Bench: wait this long before answering, as a helper that asks a CMDB or an API does")
 	flag.Parse()
 	if *refuse != "" {
 		o.Refuse = strings.Split(*refuse, ",")
@@ -32,6 +34,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "example-helper: --broker and either --issuer or --ca-cert/--ca-key are required")
 		os.Exit(2)
 	}
+	time.Sleep(*delay)
 	if err := examplehelper.Run(o, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "example-helper:", err)
 		os.Exit(1)

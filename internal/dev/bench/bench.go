@@ -50,6 +50,8 @@ type Scenario struct {
 	// CompareWith names the scenario whose baseline and original runs this one is compared with
 	// (a mode of this build that older builds and the Choria Provisioner do not have).
 	CompareWith string
+	// HelperArgs are added to the site's helper command line, for every build.
+	HelperArgs []string
 }
 
 // benchDevArgs are dev stack flags every scenario and every build runs with. The Temporal CLI's
@@ -78,6 +80,9 @@ var Scenarios = []Scenario{
 	{Name: "flaky-5pct", Hosts: 1000, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
 	// the same failures at a steady 5 arrivals/s: recovery without a burst's queueing
 	{Name: "flaky-5pct-steady", Hosts: 1000, Rate: 5, SimArgs: []string{"--flaky", "0.05", "--flaky-for", "5s", "--flaky-mode", "error"}, Timeout: 15 * time.Minute},
+	// a helper that takes 100 ms (a CMDB lookup): `workers` then bounds the Choria Provisioner's
+	// hosts, each from its first RPC to its restart, and only our helper runs
+	{Name: "burst-500-slow-helper", Hosts: 500, HelperArgs: []string{"--delay", "100ms"}, Timeout: 15 * time.Minute},
 	{Name: "burst-10000", Hosts: 10000, Timeout: 90 * time.Minute},
 	// not in the default set: ~20 minutes of a whole machine (make bench BENCH_SCENARIOS=burst-50000)
 	{Name: "burst-50000", Hosts: 50000, Timeout: 4 * time.Hour},
@@ -213,6 +218,9 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	conf := filepath.Join(dir, "provisioner.yaml")
 	brokerURL, token, provJWT, err := fleetCredentials(dir, conf)
 	if err != nil {
+		return nil, err
+	}
+	if err := addHelperArgs(conf, sc.HelperArgs); err != nil {
 		return nil, err
 	}
 
@@ -578,6 +586,31 @@ func freePorts(n int) ([]int, error) {
 
 // writeOriginalConfig writes the Choria Provisioner's configuration: this site's YAML, whose
 // Choria Provisioner keys it reads as they are, and its workers.
+// addHelperArgs appends args to the helper command line of the site's YAML (a quoted string).
+func addHelperArgs(conf string, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, line := range lines {
+		v, ok := strings.CutPrefix(line, "helper: ")
+		if !ok {
+			continue
+		}
+		cmd, err := strconv.Unquote(v)
+		if err != nil {
+			return fmt.Errorf("%s: the helper line is not a quoted string: %w", conf, err)
+		}
+		lines[i] = "helper: " + strconv.Quote(cmd+" "+strings.Join(args, " "))
+		return os.WriteFile(conf, []byte(strings.Join(lines, "\n")), 0o600)
+	}
+	return fmt.Errorf("%s has no helper line", conf)
+}
+
 func writeOriginalConfig(from, to string, workers int) error {
 	b, err := os.ReadFile(from)
 	if err != nil {
