@@ -66,7 +66,7 @@ func benchDevArgs() []string {
 
 // Scenarios: 500 hosts at once (the comparison with an older build and the Choria Provisioner),
 // 1,000, 10,000 and 50,000 (by hand) at once, 5 arrivals/s for 5 minutes, 5 % of hosts failing
-// transiently for 5 s, and the local-activity switch.
+// transiently for 5 s, a helper that takes 100 ms, and the local-activity switch.
 var Scenarios = []Scenario{
 	{Name: "burst-500", Hosts: 500, Timeout: 15 * time.Minute},
 	{Name: "burst-500-local", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
