@@ -26,9 +26,7 @@ type Activities struct {
 	log     *zap.Logger
 	runs    RunHistory
 	caller  rpcCaller
-	// helperSlots bounds the helper runs of this process (workers), whichever task queue
-	// brought them
-	helperSlots chan struct{}
+	helpers *HelperSlots // nil: helper runs unbounded
 }
 
 // Option adds an optional dependency to Activities.
@@ -43,9 +41,6 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 		signer:  &ServerJWTSigner{SigningKey: set.JWTSigningKey, SigningToken: set.JWTSigningToken, DefaultValidity: set.ServerJWTValidity},
 		metrics: m,
 		log:     log,
-	}
-	if set.HelperConcurrency > 0 {
-		a.helperSlots = make(chan struct{}, set.HelperConcurrency)
 	}
 	for _, o := range opts {
 		o(a)

@@ -18,15 +18,10 @@ func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (*HelperO
 		claims.Token = a.set.Token
 		input.JWT = &claims
 	}
-	if a.helperSlots != nil {
-		// workers helpers at once: ten at once on two cores each took three to five times as long
-		select {
-		case a.helperSlots <- struct{}{}:
-			defer func() { <-a.helperSlots }()
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if err := a.helpers.take(ctx); err != nil {
+		return nil, err
 	}
+	defer a.helpers.release()
 	start := time.Now()
 	out, err := a.helper.Run(ctx, input)
 	a.metrics.HelperTime.WithLabelValues(a.set.Site).Observe(time.Since(start).Seconds())

@@ -128,7 +128,7 @@ echo "start $(date +%%s%%N)" >> %[1]s
 sleep 0.3
 echo "end $(date +%%s%%N)" >> %[1]s
 echo '{"defer":true,"msg":"later"}'`, log))
-	a := New(nil, Settings{Site: "lab", HelperCommand: cmd, HelperTimeout: 10 * time.Second, HelperConcurrency: 2}, m, zap.NewNop())
+	a := New(nil, Settings{Site: "lab", HelperCommand: cmd, HelperTimeout: 10 * time.Second}, m, zap.NewNop(), WithHelperSlots(NewHelperSlots(2)))
 
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
@@ -168,4 +168,19 @@ echo '{"defer":true,"msg":"later"}'`, log))
 		most = max(most, running)
 	}
 	require.Equal(t, 2, most, "helpers at once")
+}
+
+// A run asks whether its helper would start here at once (workflows.HelperSlots): only while a
+// slot is free; with no bound, always.
+func TestHelperSlotFreeFollowsTheSlots(t *testing.T) {
+	s := NewHelperSlots(1)
+	require.True(t, s.HelperSlotFree())
+	require.NoError(t, s.take(context.Background()))
+	require.False(t, s.HelperSlotFree())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, s.take(ctx), context.DeadlineExceeded, "a full bound waits")
+	s.release()
+	require.True(t, s.HelperSlotFree())
+	require.True(t, NewHelperSlots(0).HelperSlotFree(), "workers 0: unbounded")
 }

@@ -16,7 +16,6 @@ type Settings struct {
 	UpgradesRepository string        // upgrades_repository
 	HelperCommand      []string      // helper, split into its arguments
 	HelperTimeout      time.Duration // helper_timeout
-	HelperConcurrency  int           // workers: helper runs at once in this process; 0 unbounded
 	JWTSigningKey      string        // jwt_signing_key
 	JWTSigningToken    string        // jwt_signing_token
 	ServerJWTValidity  time.Duration // server_jwt_validity
@@ -27,7 +26,7 @@ func SettingsFrom(cfg *config.Config) Settings {
 	return Settings{
 		Site: cfg.Site, Token: cfg.Token, RPCTimeout: cfg.RPCTimeoutDuration,
 		JWTVerifyCert: cfg.JWTVerifyCert, CertDenyList: cfg.CertDenyList, UpgradesRepository: cfg.UpgradesRepository,
-		HelperCommand: cfg.HelperCommand, HelperTimeout: cfg.HelperTimeoutDuration, HelperConcurrency: cfg.Workers,
+		HelperCommand: cfg.HelperCommand, HelperTimeout: cfg.HelperTimeoutDuration,
 		JWTSigningKey: cfg.JWTSigningKey, JWTSigningToken: cfg.JWTSigningToken, ServerJWTValidity: cfg.ServerJWTValidityDuration,
 	}
 }

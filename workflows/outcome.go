@@ -49,7 +49,7 @@ func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
 		next.Defers = p.status.Defers
 		next.Source = SourceDiscovery
 		next.SeenAt = time.Time{}
-		return workflow.NewContinueAsNewError(ctx, ProvisionHost, next)
+		return workflow.NewContinueAsNewError(ctx, WorkflowName, next) // by name: workers register a method value
 	}
 	p.status.Outcome = OutcomeRunning
 	return p.upsert(ctx, OutcomeKey.ValueSet(OutcomeRunning))

@@ -50,6 +50,8 @@ type provisioner struct {
 	stepRuns int
 	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)
 	restartedAt time.Time
+	// helpers: the helper slots of the worker process running this task (nil: none to use)
+	helpers HelperSlots
 }
 
 // outcome is what one pass over the steps decided.
@@ -70,11 +72,18 @@ type facts struct {
 // ProvisionHost provisions one Choria Server: jwt -> gen25519 -> inventory -> helper -> sign ->
 // configure -> restart, each an activity with its own retry policy. A helper defer waits on a
 // durable timer and runs the steps again; a helper shutdown shuts the server down and ends.
+// Registered this way (replayers, tests), every helper call goes to the helper task queue;
+// a worker process registers HostWorkflow.ProvisionHost with its helper slots.
 func ProvisionHost(ctx workflow.Context, in ProvisionInput) (*ProvisionResult, error) {
+	return HostWorkflow{}.ProvisionHost(ctx, in)
+}
+
+// ProvisionHost is the workflow as a worker process runs it (see the package-level ProvisionHost).
+func (h HostWorkflow) ProvisionHost(ctx workflow.Context, in ProvisionInput) (*ProvisionResult, error) {
 	if err := ValidateIdentity(in.Identity); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
 	}
-	p := &provisioner{in: withDefaults(in)}
+	p := &provisioner{in: withDefaults(in), helpers: h.Helpers}
 	if err := p.setup(ctx); err != nil {
 		return nil, err
 	}

@@ -164,9 +164,12 @@ var fullFlowNames = []string{activities.FetchJWTName, activities.Gen25519Name, a
 
 func TestProvisionSuite(t *testing.T) { suite.Run(t, new(ProvisionSuite)) }
 
-func (s *ProvisionSuite) SetupTest() {
+func (s *ProvisionSuite) SetupTest() { s.setup(ProvisionHost) }
+
+// setup gives the test a new environment with the workflow registered as wf and a fake host.
+func (s *ProvisionSuite) setup(wf any) {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.env.RegisterWorkflowWithOptions(ProvisionHost, workflow.RegisterOptions{Name: WorkflowName})
+	s.env.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: WorkflowName})
 	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}}
 	s.host.register(s.env)
 }
@@ -284,6 +287,27 @@ func (s *ProvisionSuite) TestHelperOnItsOwnTaskQueueWhenRateLimited() {
 	s.result()
 	s.Equal("tq-helper", s.host.queues[activities.RunHelperName])
 	s.NotEqual("tq-helper", s.host.queues[activities.ConfigureName])
+}
+
+// slots is a worker process's helper slots as the workflow sees them.
+type slots bool
+
+func (f slots) HelperSlotFree() bool { return bool(f) }
+
+func (s *ProvisionSuite) TestHelperStaysOnTheRunsQueueWhileThisProcessHasASlot() {
+	for _, free := range []bool{true, false} {
+		s.setup(HostWorkflow{Helpers: slots(free)}.ProvisionHost)
+		in := input(Features{JWT: true, ED25519: true})
+		in.HelperTaskQueue = "tq-helper"
+		s.env.ExecuteWorkflow(WorkflowName, in)
+		s.Equal(OutcomeProvisioned, s.result().Outcome)
+		if free {
+			s.Equal(s.host.queues[activities.ConfigureName], s.host.queues[activities.RunHelperName], "a free slot here: the run's own queue")
+		} else {
+			s.Equal("tq-helper", s.host.queues[activities.RunHelperName], "no slot here: whichever process has room")
+		}
+		s.Equal(fullFlowNames, s.host.calls)
+	}
 }
 
 func (s *ProvisionSuite) TestJWTOnlySkipsKeyAndSigning() {

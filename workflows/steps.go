@@ -86,15 +86,30 @@ func local(s stepSpec) stepSpec { s.local = true; return s }
 // execute starts one run of the step's activity, local or regular as the run allows.
 func (p *provisioner) execute(ctx workflow.Context, spec stepSpec, arg any) workflow.Future {
 	opts := spec.options
-	rateLimited := spec.rateLimited && p.in.HelperTaskQueue != ""
-	if rateLimited {
-		opts.TaskQueue = p.in.HelperTaskQueue // rate limited across all workers (helper_rate_limit)
+	queued := spec.rateLimited && p.in.HelperTaskQueue != ""
+	if queued && !p.helperHere(ctx) {
+		opts.TaskQueue = p.in.HelperTaskQueue // whichever process has room (and helper_rate_limit)
 	}
 	// a local activity cannot run on another task queue: a rate-limited helper stays regular
-	if (p.localReads && spec.local) || (p.lean() && spec.pure) || (p.fast && !rateLimited) {
+	if (p.localReads && spec.local) || (p.lean() && spec.pure) || (p.fast && !queued) {
 		lopts := workflow.LocalActivityOptions{StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy,
 			ScheduleToCloseTimeout: max(localScheduleToClose, opts.StartToCloseTimeout)}
 		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), spec.activity, arg)
 	}
 	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), spec.activity, arg)
+}
+
+// helperHere says whether this run's helper call stays on the run's own task queue, where the
+// workflow task's completion hands it straight back to this worker (an eager activity): only
+// while this process has a helper slot free. Otherwise it goes to the helper task queue, for
+// whichever process has room. Each way saves the other's cost: the helper queue's dispatch
+// through matching, and its start write (~6 % of Temporal's CPU per host, docs/performance.md),
+// against helpers waiting in this worker's step slots for a busy helper.
+//
+// This reads the process, not the history, and is safe in workflow code for one reason: replay
+// matches a ScheduleActivityTask command to its event by activity ID and type alone, never by
+// task queue (the SDK's isCommandMatchEvent), so a replay that chooses the other queue issues
+// the same commands. The choice changes nothing else in the run. A replay asks no process.
+func (p *provisioner) helperHere(ctx workflow.Context) bool {
+	return p.helpers != nil && !workflow.IsReplaying(ctx) && p.helpers.HelperSlotFree()
 }

@@ -212,6 +212,17 @@ func helperQueue(cfg *config.Config) string {
 	return cfg.HelperTaskQueue()
 }
 
+// hostWorkflow is the host workflow as this process runs it: a run whose helper this process
+// can start at once keeps the call on its own task queue, and Temporal hands it straight back
+// (workflows.HelperSlots); with helper_rate_limit every call goes through the helper task
+// queue, the only place Temporal can pace them across the fleet.
+func hostWorkflow(cfg *config.Config, helpers *activities.HelperSlots) workflows.HostWorkflow {
+	if cfg.HelperRateLimit > 0 {
+		return workflows.HostWorkflow{}
+	}
+	return workflows.HostWorkflow{Helpers: helpers}
+}
+
 func loopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -269,11 +280,13 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			worker.SetStickyWorkflowCacheSize(n)
 		}
 		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
-		w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
-		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}))
+		helpers := activities.NewHelperSlots(s.cfg.Workers)
+		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
+			activities.WithHelperSlots(helpers))
+		w.RegisterWorkflowWithOptions(hostWorkflow(s.cfg, helpers).ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
 		acts.Register(w)
 		if err := w.Start(); err != nil {
 			return fmt.Errorf("starting Temporal worker: %w", err)
