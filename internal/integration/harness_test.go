@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/logging"
@@ -241,6 +242,17 @@ func scheduled(events []*historypb.HistoryEvent) []string {
 		}
 	}
 	return out
+}
+
+// helperQueue is the task queue a run's (last) helper call was scheduled on.
+func helperQueue(events []*historypb.HistoryEvent) string {
+	q := ""
+	for _, ev := range events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activities.RunHelperName {
+			q = a.GetTaskQueue().GetName()
+		}
+	}
+	return q
 }
 
 // localActivities lists the activity types a history ran as local activities, in order.
