@@ -103,7 +103,7 @@ func (p *provisioner) execute(ctx workflow.Context, spec stepSpec, arg any) work
 // workflow task's completion hands it straight back to this worker (an eager activity): only
 // while this process has a helper slot free. Otherwise it goes to the helper task queue, for
 // whichever process has room. Each way saves the other's cost: the helper queue's dispatch
-// through matching, and its start write (~6 % of Temporal's CPU per host, docs/performance.md),
+// through matching, and its start write (5 % of Temporal's CPU per host, docs/performance.md),
 // against helpers waiting in this worker's step slots for a busy helper.
 //
 // This reads the process, not the history, and is safe in workflow code for one reason: replay
