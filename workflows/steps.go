@@ -23,7 +23,8 @@ type stepSpec struct {
 	// findable: upserts ProvisionStep when it starts, also in transitions-only runs (a host can
 	// spend minutes in the helper: a slow CMDB or CA)
 	findable bool
-	// rateLimited: runs on the helper task queue when one is configured (helper_rate_limit)
+	// rateLimited: runs on the helper task queue when one is configured, unless the process
+	// completing the run's task can start it at once (helperHere); with helper_rate_limit always
 	rateLimited bool
 	// pure: neither an RPC nor the helper, a computation: a local activity from VersionLean on
 	pure bool
