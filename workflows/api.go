@@ -43,14 +43,15 @@ const workflowIDPrefix = "provision:"
 
 // HelperSlots is what a worker process tells the runs it works on about its helper calls.
 type HelperSlots interface {
-	// HelperSlotFree: a helper call this process took now would start at once, and nothing
-	// asks the helper task queue to pace it across the fleet (helper_rate_limit).
+	// HelperSlotFree: a helper call this process took now would start at once.
 	HelperSlotFree() bool
 }
 
 // HostWorkflow is ProvisionHost bound to the process that registers it.
 type HostWorkflow struct {
-	Helpers HelperSlots // nil: every helper call goes to the helper task queue
+	// Helpers nil: every helper call goes to the helper task queue, as a process with
+	// helper_rate_limit registers it (Temporal paces that queue alone)
+	Helpers HelperSlots
 }
 
 // WorkflowID is the one workflow ID of a host: it depends on the identity alone, so every replica
