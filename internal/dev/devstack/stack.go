@@ -49,6 +49,8 @@ type StackOptions struct {
 	UICodecEndpoint string
 	// TemporalDynamicConfig are extra KEY=JSON dynamic config values for the dev server.
 	TemporalDynamicConfig []string
+	// TemporalSQLitePragmas are extra KEY=VALUE pragmas for the dev server's database file.
+	TemporalSQLitePragmas []string
 	// TemporalMetricsPort is the dev server's own /metrics port (0: a random one).
 	TemporalMetricsPort int
 	// Mode is the network's security: ModeIssuer (default) or ModePKI.
@@ -135,7 +137,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	if s.TemporalAddress == "" {
 		// a zero port is chosen by StartTemporal (another one if the first is taken meanwhile)
-		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint, DynamicConfig: o.TemporalDynamicConfig, MetricsPort: o.TemporalMetricsPort}
+		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint, DynamicConfig: o.TemporalDynamicConfig, SQLitePragmas: o.TemporalSQLitePragmas, MetricsPort: o.TemporalMetricsPort}
 		s.Temporal, err = StartTemporal(ctx, s.temporalOpts)
 		if err != nil {
 			return nil, err
