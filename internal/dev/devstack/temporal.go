@@ -141,7 +141,8 @@ func startTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 // connection, so whatever holds that connection holds every workflow: a checkpoint every 10,000
 // pages (~40 MiB of WAL) instead of 1,000, and a 64 MiB page cache instead of 2 MiB, because
 // each checkpoint's fsyncs and the pages a burst re-reads stalled it; 1.10-1.14x the rate of a
-// 500-host burst on a slow disk (docs/performance.md).
+// 500-host burst on a slow disk. The price: a rarer checkpoint holds the connection longer, and
+// at 5 arrivals/s the slowest 1 % of hosts took ~190 ms instead of ~140 (docs/performance.md).
 func filePragmas() []string {
 	return []string{"journal_mode=wal", "synchronous=normal", "wal_autocheckpoint=10000", "cache_size=-65536"}
 }
