@@ -2,7 +2,9 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"runtime"
@@ -102,7 +104,7 @@ func Save(jsonFile, mdFile string, results []*Result) ([]*Result, error) {
 	if err := os.WriteFile(jsonFile, append(b, '\n'), 0o644); err != nil {
 		return nil, err
 	}
-	md, err := os.ReadFile(mdFile)
+	md, err := readMarkdown(mdFile)
 	if err != nil {
 		return all, err
 	}
@@ -402,7 +404,7 @@ func median(vs []float64) float64 {
 // SaveRatios rewrites the generated comparison in the markdown file between its markers; a file
 // without them is left alone.
 func SaveRatios(mdFile, generated string) error {
-	md, err := os.ReadFile(mdFile)
+	md, err := readMarkdown(mdFile)
 	if err != nil {
 		return err
 	}
@@ -413,4 +415,15 @@ func SaveRatios(mdFile, generated string) error {
 	}
 	s = s[:i+len(RatioBeginMarker)] + "\n" + generated + "\n" + s[j:]
 	return os.WriteFile(mdFile, []byte(s), 0o644)
+}
+
+// readMarkdown reads the file the generated tables go into. A file that does not exist yet (an
+// experiment's --markdown in a scratch directory) starts as the two generated sections alone,
+// so that a run's results are not lost to a missing file after the run.
+func readMarkdown(mdFile string) ([]byte, error) {
+	md, err := os.ReadFile(mdFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []byte(BeginMarker + "\n" + EndMarker + "\n\n" + RatioBeginMarker + "\n" + RatioEndMarker + "\n"), nil
+	}
+	return md, err
 }

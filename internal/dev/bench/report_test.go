@@ -2,6 +2,8 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,4 +56,16 @@ func TestRoundsGiveMediansAndTheRatiosRange(t *testing.T) {
 	require.Contains(t, table, "| Temporal CPU/host | 45.0 ms | 60.0 ms | **0.67×** (0.50–0.90) | – | – |")
 	require.Contains(t, table, "| hosts/s | 22 | 10 | **2.20×** (2.10–2.30) | 30 | **0.73×** (0.70–0.77) |")
 	require.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+}
+
+func TestSaveStartsAMarkdownFileThatDoesNotExist(t *testing.T) {
+	dir := t.TempDir()
+	md := filepath.Join(dir, "new.md")
+	_, err := Save(filepath.Join(dir, "r.json"), md, []*Result{{Scenario: "burst-500", Hosts: 500, Configured: 500, HostsPerSecond: 12.5}})
+	require.NoError(t, err)
+	require.NoError(t, SaveRatios(md, "the ratios"))
+	b, err := os.ReadFile(md)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "| burst-500 | 500/500 | 12.50 |")
+	require.Contains(t, string(b), RatioBeginMarker+"\nthe ratios\n"+RatioEndMarker)
 }
