@@ -33,6 +33,7 @@ type devCommand struct {
 	noProvisioner bool
 	dynamicConfig []string
 	sqlitePragmas []string
+	temporalEnv   []string
 	failing       int
 	// an external Temporal instead of the dev server, and how to reach it
 	temporalAddress   string
@@ -57,6 +58,7 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("temporal-bin", "Temporal CLI binary (default: beside this binary, or .bin/temporal)").StringVar(&d.temporalBin)
 	cmd.Flag("temporal-dynamic-config", "KEY=JSON dynamic config value for the Temporal dev server (repeatable; tuning)").Hidden().StringsVar(&d.dynamicConfig)
 	cmd.Flag("temporal-sqlite-pragma", "KEY=VALUE pragma for the Temporal dev server's database file (repeatable; tuning)").Hidden().StringsVar(&d.sqlitePragmas)
+	cmd.Flag("temporal-env", "KEY=VALUE environment of the Temporal dev server, e.g. GOGC=100 (repeatable; tuning)").Hidden().StringsVar(&d.temporalEnv)
 	cmd.Flag("temporal-metrics-port", "Port of the Temporal dev server's own /metrics (default: a random one)").Hidden().IntVar(&d.temporalMetricsPort)
 	cmd.Flag("temporal-address", "Use this Temporal frontend instead of starting the dev server (no Web UI then)").StringVar(&d.temporalAddress)
 	cmd.Flag("temporal-namespace", "Namespace on --temporal-address").Default("default").StringVar(&d.temporalNamespace)
@@ -96,7 +98,7 @@ func (d *devCommand) run(ctx context.Context) error {
 	stack, err := devstack.StartStack(ctx, devstack.StackOptions{
 		Dir: dir, Self: self, TemporalBin: d.temporalBin, Servers: d.servers, Persist: !d.inMemory,
 		UI: d.temporalAddress == "", UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL, Mode: d.mode,
-		TemporalDynamicConfig: d.dynamicConfig, TemporalSQLitePragmas: d.sqlitePragmas, TemporalMetricsPort: d.temporalMetricsPort, Failing: d.failing,
+		TemporalDynamicConfig: d.dynamicConfig, TemporalSQLitePragmas: d.sqlitePragmas, TemporalEnv: d.temporalEnv, TemporalMetricsPort: d.temporalMetricsPort, Failing: d.failing,
 		TemporalAddress: d.temporalAddress, TemporalNamespace: d.temporalNamespace, TemporalTLS: d.temporalTLS, TemporalAPIKeyFile: d.temporalAPIKey,
 	})
 	if err != nil {

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
-
 	"github.com/choria-temporal/provisioner/config"
 )
 
@@ -51,6 +49,8 @@ type StackOptions struct {
 	TemporalDynamicConfig []string
 	// TemporalSQLitePragmas are extra KEY=VALUE pragmas for the dev server's database file.
 	TemporalSQLitePragmas []string
+	// TemporalEnv is extra KEY=VALUE environment of the dev server process.
+	TemporalEnv []string
 	// TemporalMetricsPort is the dev server's own /metrics port (0: a random one).
 	TemporalMetricsPort int
 	// Mode is the network's security: ModeIssuer (default) or ModePKI.
@@ -64,7 +64,7 @@ type StackOptions struct {
 // needs to work against them.
 type Stack struct {
 	Opts            StackOptions
-	Temporal        *testsuite.DevServer // nil when StackOptions.TemporalAddress was given
+	Temporal        *DevServer // nil when StackOptions.TemporalAddress was given
 	TemporalAddress string
 	Broker          *Broker
 	Creds           *Credentials
@@ -137,7 +137,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	if s.TemporalAddress == "" {
 		// a zero port is chosen by StartTemporal (another one if the first is taken meanwhile)
-		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint, DynamicConfig: o.TemporalDynamicConfig, SQLitePragmas: o.TemporalSQLitePragmas, MetricsPort: o.TemporalMetricsPort}
+		s.temporalOpts = TemporalOptions{Binary: o.TemporalBin, DBFile: dbFile, UI: o.UI, UIPort: o.UIPort, Port: o.TemporalPort, Output: o.TemporalOut, Retention: 30 * 24 * time.Hour, UICodecEndpoint: o.UICodecEndpoint, DynamicConfig: o.TemporalDynamicConfig, SQLitePragmas: o.TemporalSQLitePragmas, Env: o.TemporalEnv, MetricsPort: o.TemporalMetricsPort}
 		s.Temporal, err = StartTemporal(ctx, s.temporalOpts)
 		if err != nil {
 			return nil, err

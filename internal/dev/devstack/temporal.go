@@ -13,7 +13,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/choria-temporal/provisioner/internal/service"
 )
@@ -34,6 +33,8 @@ type TemporalOptions struct {
 	DynamicConfig []string
 	// SQLitePragmas are extra KEY=VALUE pragmas for a DBFile (tuning experiments).
 	SQLitePragmas []string
+	// Env is extra KEY=VALUE environment of the server process (tuning experiments: GOGC).
+	Env []string
 	// MetricsPort is the server's own Prometheus /metrics (0: a random port, as the CLI does);
 	// the bench reads Temporal's persistence operations per host from it.
 	MetricsPort int
@@ -64,7 +65,7 @@ func FindTemporalBinary() (string, error) {
 
 // StartTemporal starts the dev server, registers the provisioner's search attributes and sets
 // the namespace retention.
-func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer, error) {
+func StartTemporal(ctx context.Context, o TemporalOptions) (*DevServer, error) {
 	if o.Namespace == "" {
 		o.Namespace = "default"
 	}
@@ -78,7 +79,7 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 		if o.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
-		var srv *testsuite.DevServer
+		var srv *DevServer
 		if srv, err = startTemporal(ctx, o); err == nil {
 			return srv, nil
 		}
@@ -86,42 +87,47 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer
 	return nil, err
 }
 
-func startTemporal(ctx context.Context, o TemporalOptions) (*testsuite.DevServer, error) {
+func startTemporal(ctx context.Context, o TemporalOptions) (*DevServer, error) {
 	out := &tailWriter{max: 4096}
-	opts := testsuite.DevServerOptions{
-		ExistingPath:  o.Binary,
-		ClientOptions: &client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", o.Port), Namespace: o.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))},
-		DBFilename:    o.DBFile,
-		EnableUI:      o.UI,
-		LogLevel:      "error",
-		Stdout:        out,
-		Stderr:        out,
+	p := devServerProcess{
+		binary: o.Binary,
+		client: client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", o.Port), Namespace: o.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))},
+		args: []string{"--ip", "127.0.0.1", "--port", fmt.Sprint(o.Port), "--namespace", o.Namespace, "--log-level", "error",
+			"--dynamic-config-value", "frontend.enableServerVersionCheck=false"},
+		out: out,
 	}
 	if o.Output != nil {
-		opts.Stdout, opts.Stderr = io.MultiWriter(o.Output, out), io.MultiWriter(o.Output, out)
+		p.out = io.MultiWriter(o.Output, out)
 	}
-	if o.UI && o.UIPort != 0 {
-		opts.UIPort = fmt.Sprint(o.UIPort)
+	var err error
+	if p.env, err = serverEnv(o.Env); err != nil {
+		return nil, err
+	}
+	if !o.UI {
+		p.args = append(p.args, "--headless")
+	} else if o.UIPort != 0 {
+		p.args = append(p.args, "--ui-port", fmt.Sprint(o.UIPort))
 	}
 	if o.DBFile != "" {
+		p.args = append(p.args, "--db-filename", o.DBFile)
 		for _, kv := range append(filePragmas(), o.SQLitePragmas...) {
-			opts.ExtraArgs = append(opts.ExtraArgs, "--sqlite-pragma", kv)
+			p.args = append(p.args, "--sqlite-pragma", kv)
 		}
 	}
 	if o.UICodecEndpoint != "" {
-		opts.ExtraArgs = append(opts.ExtraArgs, "--ui-codec-endpoint", o.UICodecEndpoint)
+		p.args = append(p.args, "--ui-codec-endpoint", o.UICodecEndpoint)
 	}
 	if o.MetricsPort != 0 {
-		opts.ExtraArgs = append(opts.ExtraArgs, "--metrics-port", fmt.Sprint(o.MetricsPort))
+		p.args = append(p.args, "--metrics-port", fmt.Sprint(o.MetricsPort))
 	}
 	// eager activities: a workflow task that schedules an activity on its own task queue gets
 	// the activity back in its response, skipping a matching dispatch (the Go SDK asks for them
 	// by default). Its gain measured here is within the noise (docs/performance.md); it removes
 	// work, so it stays on.
 	for _, kv := range append([]string{"system.enableActivityEagerExecution=true"}, o.DynamicConfig...) {
-		opts.ExtraArgs = append(opts.ExtraArgs, "--dynamic-config-value", kv)
+		p.args = append(p.args, "--dynamic-config-value", kv)
 	}
-	srv, err := testsuite.StartDevServer(ctx, opts)
+	srv, err := startDevServer(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("starting Temporal dev server on port %d: %w; its last output: %q", o.Port, err, out.String())
 	}
