@@ -36,6 +36,8 @@ type Metrics struct {
 	WaitingNodes     *prometheus.GaugeVec
 	// ours: sweep sightings of hosts provisioned since the sweep began, not started again
 	StaleSightings *prometheus.CounterVec
+	// ours: when jwt_signing_token expires (Unix seconds); absent without one that expires
+	SignerExpiry *prometheus.GaugeVec
 }
 
 // New registers the series on reg.
@@ -67,8 +69,9 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
+		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -84,6 +87,17 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		g.WithLabelValues(site).Set(0)
 	}
 	return m, nil
+}
+
+// SetSignerExpiry exports when jwt_signing_token expires. The zero time removes the series: a
+// signer that never expires, or none at all, has no expiry to alert on (and 0 would read as
+// expired in 1970).
+func (m *Metrics) SetSignerExpiry(exp time.Time) {
+	if exp.IsZero() {
+		m.SignerExpiry.DeleteLabelValues(m.Site)
+		return
+	}
+	m.SignerExpiry.WithLabelValues(m.Site).Set(float64(exp.Unix()))
 }
 
 // ObserveRPC records one RPC's duration and, when err is set, its failure.

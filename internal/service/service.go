@@ -307,6 +307,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			return fmt.Errorf("starting the helper worker: %w", err)
 		}
 		defer hw.Stop()
+		go s.watchSigner(ctx, SignerRefresh)
 		s.log.Info("helper worker polling", zap.String("task_queue", hq), zap.Int("workers", s.cfg.Workers),
 			zap.Float64("per_second", s.cfg.HelperRateLimit))
 	}
