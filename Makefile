@@ -27,40 +27,41 @@ TEST_FLAGS ?= -count=1 -timeout 40m
 
 all: build
 
-# The estimates are 2 cores with the module cache warm. Tools are linked without DWARF (-s -w):
+# With an empty Go build cache each is minutes (on 2 cores busy with other builds, the Temporal CLI
+# and our binaries side by side took 21 min); once cached, seconds. Tools are linked without DWARF (-s -w):
 # it is most of a link, and nobody debugs them; panics still print their stacks.
 $(TEMPORAL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	@$(STEP) "the Temporal CLI (dev server and Web UI)" "once: 4-6 min with an empty Go build cache, seconds after" \
+	@$(STEP) "the Temporal CLI (dev server and Web UI)" "once: minutes with an empty Go build cache, seconds after" \
 	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL) github.com/temporalio/cli/cmd/temporal
 
 $(TEMPORAL_SERVER): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	@$(STEP) "the Temporal server (make test's PostgreSQL test)" "once: 1-2 min after the Temporal CLI, seconds after that" \
+	@$(STEP) "the Temporal server (make test's PostgreSQL test)" "once: minutes with an empty Go build cache, seconds after" \
 	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL_SERVER) go.temporal.io/server/cmd/server
 
 $(TEMPORAL_SQL_TOOL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	@$(STEP) "temporal-sql-tool (make test's PostgreSQL test)" "once: under a minute after the server" \
+	@$(STEP) "temporal-sql-tool (make test's PostgreSQL test)" "once: minutes with an empty Go build cache, seconds after" \
 	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL_SQL_TOOL) go.temporal.io/server/cmd/tools/sql
 
 # the Web UI server on its own (the same module and version the CLI embeds), for the compose
 # stack's temporalio/ui stand-in
 $(TEMPORAL_UI_SERVER): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	@$(STEP) "the Temporal Web UI server (make test's compose test)" "once: under a minute after the Temporal CLI" \
+	@$(STEP) "the Temporal Web UI server (make test's compose test)" "once: minutes with an empty Go build cache, seconds after" \
 	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL_UI_SERVER) github.com/temporalio/ui-server/v2/cmd/server
 
 $(NFPM): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	@$(STEP) "nfpm (make package)" "once: about a minute with an empty Go build cache" \
+	@$(STEP) "nfpm (make package)" "once: minutes with an empty Go build cache, seconds after" \
 	  go -C tools build -ldflags "-s -w" -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
 
 # remove_all_sd: promtool without Prometheus' service discovery plugins (a fifth fewer packages to
 # compile); unit-testing rules needs none of them
 $(PROMTOOL): monitoring/go.mod monitoring/go.sum
 	@mkdir -p $(BIN)
-	@$(STEP) "promtool (make test's alert rule tests)" "once: 5-8 min with an empty Go build cache, seconds after" \
+	@$(STEP) "promtool (make test's alert rule tests)" "once: minutes with an empty Go build cache, seconds after" \
 	  go -C monitoring build -tags remove_all_sd -ldflags "-s -w" -o ../$(PROMTOOL) github.com/prometheus/prometheus/cmd/promtool
 
 ## tools: every tool the tests and packaging use (make run needs only the Temporal CLI)
@@ -68,13 +69,14 @@ tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(NFPM) $(PROMTOOL)
 
 ## build: what make run runs, the Temporal CLI and our three binaries, built at the same time (-j2:
 ## with a warm build cache they are mostly links, each on one core). One go build for our three
-## compiles their shared packages once and links them in parallel.
+## compiles their shared packages once and links them in parallel, without DWARF as well (a
+## debugger wants its own go build).
 build:
 	@$(MAKE) --no-print-directory -j2 $(TEMPORAL) binaries
 
 binaries:
 	@mkdir -p $(BIN)
-	@$(STEP) "choria-provisioner, choria-provisioner-dev and example-helper" "2-3 min with an empty Go build cache, seconds after" \
+	@$(STEP) "choria-provisioner, choria-provisioner-dev and example-helper" "minutes with an empty Go build cache, seconds after" \
 	  go build -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/ ./cmd/choria-provisioner ./cmd/choria-provisioner-dev ./cmd/example-helper
 
 ## package: $(PKG_DIR)/choria-provisioner_<version>_<arch>.deb and choria-provisioner-<version>-1.<arch>.rpm,
