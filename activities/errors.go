@@ -13,7 +13,10 @@ const (
 	ErrTypeNoReply         = "NoReply"               // the request went out and the host did not answer in time: retryable
 	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
 	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
-	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
+	ErrTypeNotProvisioning = "NotInProvisioningMode" // Temporal confirms the server was provisioned after the sighting: not retryable
+	// the server answered that it is not in provisioning mode; on its word alone: retryable
+	// within budget, and the run fails if it persists
+	ErrTypeHostNotProvisioning = "HostSaysNotProvisioning"
 	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
 	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
 	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable

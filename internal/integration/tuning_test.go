@@ -34,7 +34,7 @@ func TestIntegrationHelperRateLimit(t *testing.T) {
 		var scheduled time.Time
 		for _, ev := range e.history(id) {
 			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activities.RunHelperName {
-				require.Equal(t, e.cfg.HelperTaskQueue(), a.GetTaskQueue().GetName(), "%s: helper call not on the rate-limited queue", id)
+				require.Equal(t, workflows.HelperTaskQueue(e.cfg.Temporal.TaskQueue), a.GetTaskQueue().GetName(), "%s: helper call not on the rate-limited queue", id)
 				scheduled = ev.GetEventTime().AsTime()
 			}
 			if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_STARTED && !scheduled.IsZero() {

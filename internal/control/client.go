@@ -1,4 +1,7 @@
-package workflows
+// Package control is every outside caller's way to the fleet-wide pause state: the control
+// workflow (workflows.ProvisionerControl) and the pause signal to running hosts. It does client
+// I/O, so it lives apart from the deterministic workflow code.
+package control
 
 import (
 	"context"
@@ -12,9 +15,11 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
-// PauseCacheTTL bounds how stale a ControlClient's cached pause state may be: discovery asks
+// PauseCacheTTL bounds how stale a Client's cached pause state may be: discovery asks
 // for it at every sighting, and a burst of startup events must not become a burst of queries.
 const PauseCacheTTL = 2 * time.Second
 
@@ -23,9 +28,9 @@ const PauseCacheTTL = 2 * time.Second
 // expired is running by then, and is caught by the signal.
 const PauseSettle = PauseCacheTTL + time.Second
 
-// ControlClient is every outside caller's way to the fleet-wide pause state of one task queue:
+// Client is every outside caller's way to the fleet-wide pause state of one task queue:
 // the control workflow (read, cached read, write) and the pause signal to running hosts.
-type ControlClient struct {
+type Client struct {
 	c         client.Client
 	namespace string
 	taskQueue string
@@ -35,20 +40,20 @@ type ControlClient struct {
 	paused bool
 }
 
-// NewControlClient reaches the control workflow of taskQueue in namespace through c.
-func NewControlClient(c client.Client, namespace, taskQueue string) *ControlClient {
+// New reaches the control workflow of taskQueue in namespace through c.
+func New(c client.Client, namespace, taskQueue string) *Client {
 	if namespace == "" {
 		namespace = client.DefaultNamespace
 	}
-	return &ControlClient{c: c, namespace: namespace, taskQueue: taskQueue}
+	return &Client{c: c, namespace: namespace, taskQueue: taskQueue}
 }
 
 // State queries the control workflow. No control workflow means never paused.
-func (cc *ControlClient) State(ctx context.Context) (ControlState, error) {
-	var state ControlState
+func (cc *Client) State(ctx context.Context) (workflows.ControlState, error) {
+	var state workflows.ControlState
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	v, err := cc.c.QueryWorkflow(qctx, ControlWorkflowID(cc.taskQueue), "", ControlStateQuery)
+	v, err := cc.c.QueryWorkflow(qctx, workflows.ControlWorkflowID(cc.taskQueue), "", workflows.ControlStateQuery)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return state, nil
@@ -60,7 +65,7 @@ func (cc *ControlClient) State(ctx context.Context) (ControlState, error) {
 }
 
 // Paused reports whether provisioning is paused, read at most every PauseCacheTTL.
-func (cc *ControlClient) Paused(ctx context.Context) (bool, error) {
+func (cc *Client) Paused(ctx context.Context) (bool, error) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if !cc.read.IsZero() && time.Since(cc.read) < PauseCacheTTL {
@@ -77,14 +82,14 @@ func (cc *ControlClient) Paused(ctx context.Context) (bool, error) {
 // SetPaused records the pause state in the control workflow (starting it with its first signal),
 // then signals every running host to hold before, or go on with, its next step: one batch
 // operation by query, not a signal per host. It returns how many hosts were signaled.
-func (cc *ControlClient) SetPaused(ctx context.Context, paused bool, req ControlRequest) (int, error) {
-	signal := ResumeSignal
+func (cc *Client) SetPaused(ctx context.Context, paused bool, req workflows.ControlRequest) (int, error) {
+	signal := workflows.ResumeSignal
 	if paused {
-		signal = PauseSignal
+		signal = workflows.PauseSignal
 	}
-	id := ControlWorkflowID(cc.taskQueue)
+	id := workflows.ControlWorkflowID(cc.taskQueue)
 	if _, err := cc.c.SignalWithStartWorkflow(ctx, id, signal, req, client.StartWorkflowOptions{ID: id, TaskQueue: cc.taskQueue},
-		ControlWorkflowName, ControlState{}); err != nil {
+		workflows.ControlWorkflowName, workflows.ControlState{}); err != nil {
 		return 0, fmt.Errorf("recording the pause state: %w", err)
 	}
 	if paused {
@@ -100,11 +105,11 @@ func (cc *ControlClient) SetPaused(ctx context.Context, paused bool, req Control
 // batchPoll is how often signalRunning asks whether its batch operation has finished.
 const batchPoll = 200 * time.Millisecond
 
-func (cc *ControlClient) signalRunning(ctx context.Context, signal string, req ControlRequest) (int, error) {
+func (cc *Client) signalRunning(ctx context.Context, signal string, req workflows.ControlRequest) (int, error) {
 	jobID := fmt.Sprintf("%s-%s-%d", signal, cc.taskQueue, req.At.UnixNano())
 	start := &workflowservice.StartBatchOperationRequest{
 		Namespace: cc.namespace, JobId: jobID, Reason: fmt.Sprintf("hosts %s by %s: %s", signal, req.By, req.Reason),
-		VisibilityQuery: HostsQuery{TaskQueue: cc.taskQueue, Running: true}.String(),
+		VisibilityQuery: workflows.HostsQuery{TaskQueue: cc.taskQueue, Running: true}.String(),
 		Operation: &workflowservice.StartBatchOperationRequest_SignalOperation{
 			SignalOperation: &batchpb.BatchOperationSignal{Signal: signal, Identity: req.By}},
 	}
