@@ -442,4 +442,3 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
-

@@ -48,8 +48,8 @@ type PauseChecker interface {
 // Options configure a Discoverer.
 type Options struct {
 	Interval          time.Duration
-	DiscoveryTimeout  time.Duration // how long a sweep listens for replies
-	Component         string        // lifecycle component of servers in provisioning mode
+	DiscoveryTimeout  time.Duration     // how long a sweep listens for replies
+	Component         string            // lifecycle component of servers in provisioning mode
 	Start             workflows.Starter // task queue, site and fast mode of the runs it starts
 	StartConcurrency  int               // start calls in flight during a sweep
 	DisableEvents     bool

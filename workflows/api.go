@@ -329,7 +329,7 @@ type Status struct {
 	HelperDecision string       `json:"helper_decision,omitempty"`
 	HelperMessage  string       `json:"helper_message,omitempty"`
 	Defers         int          `json:"defers"`
-	Source         string       `json:"source"`            // how the run's sighting was made
+	Source         string       `json:"source"`           // how the run's sighting was made
 	SeenAt         time.Time    `json:"seen_at,omitzero"` // when (zero from operators)
 	ServerVersion  string       `json:"server_version,omitempty"`
 	Upgraded       string       `json:"upgraded,omitempty"` // version the server was upgraded to

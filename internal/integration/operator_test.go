@@ -17,10 +17,10 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/choria-temporal/provisioner/discovery"
+	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
-	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
