@@ -244,3 +244,12 @@ func TestWhatTheChoriaProvisionerAcceptedLoads(t *testing.T) {
 		check(t, cfg)
 	}
 }
+
+// temporal.local_activities, one of two speed switches once, means fast_mode now, and says so.
+func TestLocalActivitiesMeansFastMode(t *testing.T) {
+	cfg := &Config{Temporal: Temporal{LocalActivities: true, Plaintext: true, Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "tq"}}
+	require.NoError(t, cfg.validateTemporal())
+	require.True(t, cfg.Temporal.FastMode)
+	require.Len(t, cfg.Warnings, 1)
+	require.Contains(t, cfg.Warnings[0], "fast_mode")
+}

@@ -75,7 +75,7 @@ func (p *provisioner) readAll(ctx workflow.Context, reads []read) error {
 	for i, err := range errs {
 		if err != nil {
 			p.status.Step = reads[i].step // where it failed
-			return &stepError{step: reads[i].step, err: err}
+			return &stepError{step: reads[i].step, err: err, stale: !host.SeenAt.IsZero() && notProvisioning(err)}
 		}
 	}
 	return nil

@@ -14,10 +14,15 @@ import (
 // policy outcome; its message names the step and the reason.
 const ErrTypeProvisionFailed = "ProvisionFailed"
 
-// stale is true when the first reads found the server out of provisioning mode and Temporal
-// confirms it: an earlier run of the host completed after the sighting that started this one
-// (activities.RunHistory). A host's own word that it is not in provisioning mode is never enough.
-func stale(err error) bool {
+// staleSighting is true when a read that carried the sighting time found the server out of
+// provisioning mode and Temporal confirms it: an earlier run of the host completed after the
+// sighting that started this one (activities.RunHistory). A host's own word is never enough.
+func staleSighting(err error) bool {
+	var se *stepError
+	return errors.As(err, &se) && se.stale
+}
+
+func notProvisioning(err error) bool {
 	var app *temporal.ApplicationError
 	return errors.As(err, &app) && app.Type() == activities.ErrTypeNotProvisioning
 }
@@ -104,8 +109,9 @@ func failedAttempts(err error) int32 {
 }
 
 type stepError struct {
-	step string
-	err  error
+	step  string
+	err   error
+	stale bool // a read of the sighting found the host provisioned since (staleSighting)
 }
 
 func (e *stepError) Error() string { return fmt.Sprintf("step %s: %s", e.step, reason(e.err)) }

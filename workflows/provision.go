@@ -100,7 +100,7 @@ func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
 	for {
 		out, err := p.pass(ctx)
 		switch {
-		case err != nil && stale(err):
+		case err != nil && staleSighting(err):
 			return p.finish(ctx, OutcomeProvisioned, "no longer in provisioning mode: a stale sighting of a provisioned server")
 		case err != nil:
 			return nil, p.fail(ctx, err)

@@ -220,7 +220,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)
 	e.writeReplayHistoryOf("control-pause-resume", workflows.ControlWorkflowID(e.cfg.Temporal.TaskQueue))
-	e.writeReplayHistory("provision-paused-in-helper-v5-lean", slow.Identity) // pause and resume signals mid-run
+	e.writeReplayHistory("provision-paused-in-helper", slow.Identity) // pause and resume signals mid-run
 }
 
 // A failed host is retried automatically when it is sighted again: the next sweep starts a new
