@@ -112,7 +112,7 @@ lint:
 ## them on the same scenarios in the same invocation and print this build's metrics as ratios
 ## (of the mean of this build's runs before and after theirs: the machine drifts within an invocation);
 ## BENCH_ROUNDS=3 runs every build three times in turns and reports medians and the ratios' range
-BENCH_SCENARIOS ?= burst-500,burst-500-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
+BENCH_SCENARIOS ?= burst-500,burst-500-fast,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
 	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS)) \
 		$(if $(BENCH_BASELINE),--baseline-bin $(BENCH_BASELINE)) $(if $(BENCH_ORIGINAL),--original-bin $(BENCH_ORIGINAL)) \

@@ -29,6 +29,7 @@ func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 	seen := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	noReply := temporal.NewApplicationError("choria_provision#jwt: no reply from n1 within 10s", ErrTypeNoReply)
 	locked := temporal.NewApplicationError("choria_provision#jwt: locked", ErrTypeLocked)
+	hostSays := temporal.NewApplicationError("choria_provision#jwt: Cannot reconfigure a server that is not in provisioning mode", ErrTypeHostNotProvisioning)
 
 	cases := []struct {
 		name     string
@@ -44,6 +45,9 @@ func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 		{"visibility unavailable", &fakeRuns{err: errors.New("rate limited")}, seen, noReply, ErrTypeNoReply, 1},
 		{"not the first RPC", &fakeRuns{closed: seen.Add(time.Second), found: true}, time.Time{}, noReply, ErrTypeNoReply, 0},
 		{"the host answered", &fakeRuns{closed: seen.Add(time.Second), found: true}, seen, locked, ErrTypeLocked, 0},
+		// a host's own "not in provisioning mode" counts only with Temporal's record
+		{"the host says so, provisioned after", &fakeRuns{closed: seen.Add(5 * time.Second), found: true}, seen, hostSays, ErrTypeNotProvisioning, 1},
+		{"the host says so, no earlier run", &fakeRuns{}, seen, hostSays, ErrTypeHostNotProvisioning, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
