@@ -215,23 +215,9 @@ func loopback(host string) bool {
 func (s *Service) Run(ctx context.Context, ready func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	if s.cfg.MonitorPort > 0 {
-		// as the Choria Provisioner: all interfaces unless monitor_address narrows it, and the
-		// process-wide series too (go-choria's choria_connector_* and the Go and process ones)
-		addr, err := metrics.Serve(ctx, net.JoinHostPort(s.cfg.MonitorAddress, strconv.Itoa(s.cfg.MonitorPort)),
-			prometheus.Gatherers{s.opts.Registry, prometheus.DefaultGatherer}, s.cfg.MonitorPprof)
-		if err != nil {
-			return err
-		}
-		s.MonitorAddress = addr
-		s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
-		if s.cfg.MonitorPprof && !loopback(s.cfg.MonitorAddress) {
-			s.log.Warn("monitor_pprof serves Go profiles on every address the monitor listens on; set monitor_address: 127.0.0.1",
-				zap.String("address", addr))
-		}
+	if err := s.serveMetrics(ctx); err != nil {
+		return err
 	}
-
 	fw, err := NewChoriaFramework(s.cfg, s.log)
 	if err != nil {
 		return err
@@ -248,37 +234,27 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 	defer tc.Close()
 
-	errc := make(chan error, 2)
 	if s.opts.Worker {
-		wo := WorkerOptions(s.cfg)
-		if s.opts.WorkerOptions != nil {
-			wo = *s.opts.WorkerOptions
-		}
-		wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
-		if n := s.cfg.Temporal.WorkflowCacheSize; n > 0 {
-			// the SDK keeps one cache per process, sized before its first worker starts
-			worker.SetStickyWorkflowCacheSize(n)
-		}
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
 		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
 			activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
-		stop, err := s.startWorkers(tc, wo, acts)
+		stop, err := s.startWorkers(tc, s.workerOptions(), acts)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
+	errc := make(chan error, 1)
 	if s.opts.Discovery {
-		d := discovery.New(fw, tc, discovery.Options{
+		s.discoverer = discovery.New(fw, tc, discovery.Options{
 			Interval:  s.cfg.IntervalDuration,
 			Component: s.cfg.LifecycleComponent,
 			Start:     Starter(s.cfg),
 			Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
 			Version:   s.opts.Version,
 		}, s.Metrics, s.log.Named("discovery"))
-		s.discoverer = d
-		go func() { errc <- d.Run(ctx) }()
+		go func() { errc <- s.discoverer.Run(ctx) }()
 		go s.fleetGauges(ctx, tc)
 	}
 	if ready != nil {
@@ -286,14 +262,49 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 	select {
 	case <-ctx.Done():
-		return nil
 	case err := <-errc:
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		<-ctx.Done()
+	}
+	return nil
+}
+
+// serveMetrics starts /metrics when monitor_port is set: as the Choria Provisioner, on all
+// interfaces unless monitor_address narrows it, with the process-wide series too (go-choria's
+// choria_connector_* and the Go and process ones).
+func (s *Service) serveMetrics(ctx context.Context) error {
+	if s.cfg.MonitorPort <= 0 {
 		return nil
 	}
+	addr, err := metrics.Serve(ctx, net.JoinHostPort(s.cfg.MonitorAddress, strconv.Itoa(s.cfg.MonitorPort)),
+		prometheus.Gatherers{s.opts.Registry, prometheus.DefaultGatherer}, s.cfg.MonitorPprof)
+	if err != nil {
+		return err
+	}
+	s.MonitorAddress = addr
+	s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
+	if s.cfg.MonitorPprof && !loopback(s.cfg.MonitorAddress) {
+		s.log.Warn("monitor_pprof serves Go profiles on every address the monitor listens on; set monitor_address: 127.0.0.1",
+			zap.String("address", addr))
+	}
+	return nil
+}
+
+// workerOptions are the configuration's worker options (or the caller's), with the
+// provision_errors interceptor; the workflow cache is sized here, before the first worker.
+func (s *Service) workerOptions() worker.Options {
+	wo := WorkerOptions(s.cfg)
+	if s.opts.WorkerOptions != nil {
+		wo = *s.opts.WorkerOptions
+	}
+	wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
+	if n := s.cfg.Temporal.WorkflowCacheSize; n > 0 {
+		// the SDK keeps one cache per process, sized before its first worker starts
+		worker.SetStickyWorkflowCacheSize(n)
+	}
+	return wo
 }
 
 // startWorkers starts the worker on the task queue and, with helper_rate_limit, the helper
