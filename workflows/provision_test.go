@@ -250,16 +250,21 @@ func (s *ProvisionSuite) TestOnlyTheFirstReadsCarryTheSightingTime() {
 	s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt, {}, {}, {}}, s.host.seenAt)
 }
 
+// A stale sighting, found by any read of the first pass, ends the run provisioned, not failed.
 func (s *ProvisionSuite) TestStaleSightingEndsProvisioned() {
-	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError(
-		"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
-	f, in := Features{JWT: true, ED25519: true}, input()
-	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	s.execute(f, in)
-	res := s.result()
-	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Contains(res.Message, "stale sighting")
-	s.NotContains(s.host.calls, activities.RunHelperName)
+	for _, read := range []string{activities.FetchJWTName, activities.InventoryName} {
+		s.SetupTest()
+		s.host.failing[read] = temporal.NewNonRetryableApplicationError(
+			"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
+		in := input()
+		in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		s.execute(Features{JWT: true, ED25519: true}, in)
+		res := s.result()
+		s.Equal(OutcomeProvisioned, res.Outcome, read)
+		s.Contains(res.Message, "stale sighting")
+		s.NotContains(s.host.calls, activities.RunHelperName)
+		s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt}, s.host.seenAt, "every first read carries the sighting")
+	}
 }
 
 // upserts records the ProvisionStep and ProvisionOutcome of every search-attribute upsert of the
@@ -537,16 +542,6 @@ func TestControlWorkflowPausesAndResumes(t *testing.T) {
 	require.False(t, states[1].Paused)
 }
 
-func (s *ProvisionSuite) TestStaleSightingOfAProvisionedServerIsNotAFailure() {
-	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError("choria_provision#jwt: Cannot reconfigure a server that is not in provisioning mode; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
-	in := input()
-	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	s.execute(Features{JWT: true}, in)
-	res := s.result()
-	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Contains(res.Message, "stale sighting")
-}
-
 // A host that says it is not in provisioning mode, with no record in Temporal that it was
 // provisioned since the sighting, is not taken at its word: the read retries, then the run fails.
 func (s *ProvisionSuite) TestAHostsOwnWordIsNotAStaleSighting() {
@@ -732,18 +727,6 @@ func (s *ProvisionSuite) TestWithPKIReadsTheCSRWithTheOthers() {
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.ElementsMatch([]string{activities.FetchJWTName, activities.GencsrName, activities.InventoryName}, s.host.calls[:3])
 	s.NotNil(s.host.helpIn.Input.CSR)
-}
-
-func (s *ProvisionSuite) TestStaleSightingOfAnyFirstRead() {
-	s.host.failing[activities.InventoryName] = temporal.NewNonRetryableApplicationError(
-		"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
-	f, in := Features{JWT: true, ED25519: true}, input()
-	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	s.execute(f, in)
-	res := s.result()
-	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Contains(res.Message, "stale sighting")
-	s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt}, s.host.seenAt)
 }
 
 func (s *ProvisionSuite) TestFailsAtTheReadThatFailed() {
