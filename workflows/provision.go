@@ -53,6 +53,11 @@ func (h HostWorkflow) ProvisionHost(ctx workflow.Context, in ProvisionInput) (*P
 	if err := ValidateIdentity(in.Identity); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
 	}
+	// a run acts on the host its workflow ID names, whatever an input copied from another says
+	if id, _ := IdentityFromWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID); id != in.Identity {
+		err := fmt.Errorf("%w: the input names %q, the workflow %s", ErrForeignInput, in.Identity, workflow.GetInfo(ctx).WorkflowExecution.ID)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
+	}
 	p := &provisioner{in: in}
 	if err := p.setup(ctx, h.Policy); err != nil {
 		return nil, err

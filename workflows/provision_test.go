@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -184,6 +185,7 @@ func TestProvisionSuite(t *testing.T) { suite.Run(t, new(ProvisionSuite)) }
 
 func (s *ProvisionSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
+	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(input().Identity)})
 	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
 	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}}
 	s.host.register(s.env)
@@ -447,6 +449,18 @@ func (s *ProvisionSuite) TestInvalidIdentityIsRejected() {
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "invalid identity")
+	s.Empty(s.host.calls)
+}
+
+// An input copied from another host's run names that host: the run of this host refuses it.
+func (s *ProvisionSuite) TestInputOfAnotherHostIsRefused() {
+	in := input()
+	in.Identity = "other.example"
+	s.execute(Features{JWT: true}, in)
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.ErrorContains(err, "refused input")
+	s.ErrorContains(err, "other.example")
 	s.Empty(s.host.calls)
 }
 

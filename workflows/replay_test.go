@@ -1,11 +1,16 @@
 package workflows
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Histories recorded from real runs of the current workflow (internal/integration,
@@ -23,8 +28,35 @@ func TestReplayRecordedHistories(t *testing.T) {
 		require.Contains(t, files, filepath.Join("testdata", path+".json"))
 	}
 	for _, f := range files {
+		hist := readHistory(t, f)
 		r := worker.NewWorkflowReplayer()
 		Register(r, Policy{})
-		require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f), f)
+		require.NoError(t, r.ReplayWorkflowHistoryWithOptions(nil, hist, worker.ReplayWorkflowHistoryOptions{
+			OriginalExecution: workflow.Execution{ID: recordedWorkflowID(t, hist)}}), f)
 	}
+}
+
+func readHistory(t *testing.T, file string) *historypb.History {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var hist historypb.History
+	require.NoError(t, protojson.Unmarshal(b, &hist))
+	return &hist
+}
+
+// recordedWorkflowID is the workflow ID a recorded run had (a history does not carry it): the
+// host's, from its input, or the control workflow's, from its task queue.
+func recordedWorkflowID(t *testing.T, hist *historypb.History) string {
+	t.Helper()
+	start := hist.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+	require.NotNil(t, start)
+	if start.GetWorkflowType().GetName() == ControlWorkflowName {
+		return ControlWorkflowID(start.GetTaskQueue().GetName())
+	}
+	var in struct {
+		Identity string `json:"identity"`
+	}
+	require.NoError(t, json.Unmarshal(start.GetInput().GetPayloads()[0].GetData(), &in))
+	return WorkflowID(in.Identity)
 }

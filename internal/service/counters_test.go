@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -45,6 +46,7 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.WorkflowID("n1.example")})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{ProvisionErrors(m)}})
 	workflows.Register(env, Policy(&config.Config{Site: m.Site}))
 	acts := activities.New(nil, activities.Settings{Site: m.Site, HelperCommand: helper, HelperTimeout: 10 * time.Second}, m, log)
