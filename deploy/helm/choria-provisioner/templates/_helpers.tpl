@@ -170,10 +170,10 @@ template includes it, so `helm template` and `helm install` stop before anything
 {{- define "choria-provisioner.clientConfig" -}}
 {{- $v := .Values -}}
 {{- $dir := include "choria-provisioner.dir" . -}}
-{{- if $v.broker.identity }}
-identity = {{ $v.broker.identity }}
-{{- end }}
 plugin.choria.middleware_hosts = {{ required "broker.url is required" $v.broker.url }}
+{{- with $v.broker.identity }}
+identity = {{ . }}
+{{- end }}
 plugin.choria.use_srv = false
 logger_type = console
 loglevel = {{ $v.provisioner.loglevel }}
