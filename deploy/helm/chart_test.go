@@ -400,7 +400,7 @@ func checkCodecServer(t *testing.T, r *rendered) {
 		t.Errorf("the codec server mounts Secrets %v: want the codec key, its token and its certificate only", secrets)
 	}
 	fx := fixtures{secrets: map[string]map[string][]byte{
-		"provisioner-codec": {"codec.key": []byte("0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n")},
+		"provisioner-codec":       {"codec.key": []byte("0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n")},
 		"provisioner-codec-token": {"token": []byte("t")}, "provisioner-codec-server-tls": {"tls.crt": nil, "tls.key": nil},
 	}}
 	p := mount(t, r, fx, spec, c)
