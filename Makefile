@@ -19,7 +19,7 @@ PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools package run test test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
+.PHONY: all deps build tools package run test test-chart test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
 
 all: build
 
@@ -75,7 +75,19 @@ deps:
 
 test: deps tools lint compose-check
 	$(GO_TEST) $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-chart
 	$(MAKE) --no-print-directory test-compose
+
+## test-chart: the Helm chart (deploy/helm/choria-provisioner) rendered with Helm's Go module for
+## the default values and the examples, every object decoded strictly into Kubernetes' API types,
+## the pods against the restricted Pod Security Standard, the configuration through config.Load.
+## Its own module, deploy/helm/go.mod: Helm and k8s.io stay out of the product's dependencies.
+## It uses this checkout's config package (a replace of the main module), so a version the main
+## go.mod raises is taken into its go.mod and go.sum here (-mod=mod) rather than failing the run;
+## commit what that changes (or run go -C deploy/helm mod tidy after changing go.mod).
+test-chart:
+	go -C deploy/helm vet -mod=mod ./...
+	$(GO_TEST) -C deploy/helm -mod=mod $(TEST_FLAGS) ./...
 
 ## test-compose: docker-compose.yaml run for real on an engine of the project's own, every image
 ## built here without a registry (scripts/test-compose.sh; needs root; docs/operations.md)
