@@ -39,6 +39,7 @@ var foreignNames = map[string]string{
 	"isCommandMatchEvent":     "Temporal Go SDK",
 	"TestWorkflowEnvironment": "Temporal Go SDK (testsuite)",
 	"hostPath":                "Kubernetes volume type",
+	"subPath":                 "Kubernetes volume mount field",
 }
 
 // goNames is what the repository declares.
