@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/choria-io/go-choria/inter"
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,3 +98,29 @@ type fakeConn struct {
 }
 
 func (f *fakeConn) Connected() bool { return f.up }
+
+// silentCaller waits for its context, as a request whose reply never comes.
+type silentCaller struct{}
+
+func (silentCaller) call(ctx context.Context, _, _, _ string, _ map[string]any) ([]*rpcReply, error) {
+	<-ctx.Done()
+	return nil, nil
+}
+
+// An activity cancelled (or timed out) while its request waited is not the host's silence: it
+// must not be a NoReply, which the workflow reads as a restarting or vanished host.
+func TestCancelledRPCIsNotNoReply(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	a := &Activities{set: Settings{RPCTimeout: time.Minute}, fw: &fakeConn{up: true}, caller: silentCaller{}, metrics: m, log: zap.NewNop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	_, err = a.rpc(ctx, "n1", "choria_provision", "restart", time.Minute, nil)
+	require.Error(t, err)
+	require.False(t, IsNoReply(err), "%v", err)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// the RPC's own timeout, with the activity alive, is the host's silence
+	_, err = a.rpc(context.Background(), "n1", "choria_provision", "restart", 20*time.Millisecond, nil)
+	require.True(t, IsNoReply(err), "%v", err)
+}

@@ -43,6 +43,10 @@ func (a *Activities) rpc(ctx context.Context, identity, agentName, action string
 		return nil, err
 	}
 	replies, err := a.caller.call(rctx, identity, agentName, action, args)
+	if cerr := ctx.Err(); cerr != nil {
+		// the activity was cancelled or timed out while waiting: not the host's silence
+		return nil, fmt.Errorf("%s to %s: %w", name, identity, cerr)
+	}
 	switch {
 	case errors.Is(err, errUndecodable):
 		err = NewError(ErrTypeBadReply, fmt.Sprintf("%s: %v", name, err), nil)
@@ -109,7 +113,8 @@ func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	case msg == provision.LockedError:
 		return NewError(ErrTypeLocked, fmt.Sprintf("%s: %s (another caller holds it)", rpc, msg), nil)
 	case strings.Contains(msg, "not in provisioning mode"):
-		return NewError(ErrTypeNotProvisioning, fmt.Sprintf("%s: %s", rpc, msg), nil)
+		// the host's word alone: stale decides, from Temporal, whether it left provisioning mode
+		return NewError(ErrTypeHostNotProvisioning, fmt.Sprintf("%s: %s", rpc, msg), nil)
 	default:
 		return NewError(ErrTypeAborted, fmt.Sprintf("%s: %s", rpc, msg), nil)
 	}

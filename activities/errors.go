@@ -13,15 +13,18 @@ const (
 	ErrTypeNoReply         = "NoReply"               // the request went out and the host did not answer in time: retryable
 	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
 	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
-	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
-	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
-	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
-	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
-	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
-	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
-	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
-	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
-	ErrTypeTooLarge        = "InventoryTooLarge"     // the server's inventory exceeds MaxInventoryBytes: not retryable
+	ErrTypeNotProvisioning = "NotInProvisioningMode" // Temporal confirms the server was provisioned after the sighting: not retryable
+	// the server answered that it is not in provisioning mode; on its word alone: retryable
+	// within budget, and the run fails if it persists
+	ErrTypeHostNotProvisioning = "HostSaysNotProvisioning"
+	ErrTypeBadReply            = "BadReply"          // wrong sender, several replies, undecodable: retryable
+	ErrTypeInvalidJWT          = "InvalidJWT"        // provisioning JWT not signed by the trusted issuer: not retryable
+	ErrTypeBadSignature        = "BadNonceSignature" // gen25519 signature does not verify: not retryable
+	ErrTypeHelper              = "HelperError"       // helper failed, timed out or printed garbage: retryable
+	ErrTypeSigning             = "SigningError"      // server JWT could not be made: not retryable
+	ErrTypeConfig              = "ConfigError"       // the helper's reply cannot be used: not retryable
+	ErrTypeCSR                 = "CSRRejected"       // CSR unparsable, of another name, or denied: not retryable
+	ErrTypeTooLarge            = "InventoryTooLarge" // the server's inventory exceeds MaxInventoryBytes: not retryable
 )
 
 // Sentinel errors, each a distinct reason a user can act on: wrapped by the errors a step

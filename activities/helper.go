@@ -155,12 +155,6 @@ func NewHelperSlots(n int) *HelperSlots {
 // WithHelperSlots bounds the helper runs of these activities (workers).
 func WithHelperSlots(s *HelperSlots) Option { return func(a *Activities) { a.helpers = s } }
 
-// HelperSlotFree says whether a helper call taken now would start at once
-// (workflows.HelperSlots). Several workflow tasks may read the same free slot; the helpers they
-// send here then wait their turn in RunHelper, each for a helper run or two.
-func (s *HelperSlots) HelperSlotFree() bool { return s == nil || len(s.sem) < cap(s.sem) }
-
-// take waits for a slot; release gives it back.
 func (s *HelperSlots) take(ctx context.Context) error {
 	if s == nil {
 		return nil

@@ -169,18 +169,3 @@ echo '{"defer":true,"msg":"later"}'`, log))
 	}
 	require.Equal(t, 2, most, "helpers at once")
 }
-
-// A run asks whether its helper would start here at once (workflows.HelperSlots): only while a
-// slot is free; with no bound, always.
-func TestHelperSlotFreeFollowsTheSlots(t *testing.T) {
-	s := NewHelperSlots(1)
-	require.True(t, s.HelperSlotFree())
-	require.NoError(t, s.take(context.Background()))
-	require.False(t, s.HelperSlotFree())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, s.take(ctx), context.DeadlineExceeded, "a full bound waits")
-	s.release()
-	require.True(t, s.HelperSlotFree())
-	require.True(t, NewHelperSlots(0).HelperSlotFree(), "workers 0: unbounded")
-}

@@ -38,7 +38,7 @@ func TestReplyClassification(t *testing.T) {
 	check([]replyDetails{reply{"n1", true, ""}, reply{"n1", true, ""}}, ErrTypeBadReply, false)
 	check([]replyDetails{reply{"impostor", true, ""}}, ErrTypeBadReply, false)
 	check([]replyDetails{reply{"n1", false, "Could not obtain provisioning lock"}}, ErrTypeLocked, false)
-	check([]replyDetails{reply{"n1", false, "Cannot reconfigure a server that is not in provisioning mode"}}, ErrTypeNotProvisioning, true)
+	check([]replyDetails{reply{"n1", false, "Cannot reconfigure a server that is not in provisioning mode"}}, ErrTypeHostNotProvisioning, false) // its word alone: stale decides
 	check([]replyDetails{reply{"n1", false, "Incorrect provision token supplied"}}, ErrTypeAborted, false)
 }
 

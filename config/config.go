@@ -51,13 +51,12 @@ type Temporal struct {
 	CodecKeyFile string `koanf:"codec_key_file"`
 	// Plaintext turns the payload codec off; for debugging only.
 	Plaintext bool `koanf:"plaintext"`
-	// LocalActivities runs the cheap, repeatable reads (jwt, gen25519, inventory, sign) as local
-	// activities: fewer history events and workflow tasks, but those steps are then recorded as
-	// markers, not as activities, in the Web UI.
+	// LocalActivities is accepted and means FastMode: one switch for speed (a warning says so).
 	LocalActivities bool `koanf:"local_activities"`
-	// FastMode runs every step as a local activity: one or two workflow tasks per host, but the
-	// Web UI shows markers, not activities, and a worker that dies mid-host repeats the host's
-	// steps since its last completed workflow task (docs/performance.md, fast mode).
+	// FastMode runs the steps as local activities, configure and restart excepted: two workflow
+	// tasks per host, but the Web UI shows markers, not activities, for the local ones, and a
+	// worker that dies mid-host repeats the host's reads and helper call since its last completed
+	// workflow task (docs/performance.md, fast mode).
 	FastMode bool `koanf:"fast_mode"`
 	// Worker tuning; 0 keeps the Temporal SDK's default.
 	ActivityPollers         int `koanf:"activity_pollers"`
@@ -344,6 +343,10 @@ func (c *Config) validate() error {
 }
 
 func (c *Config) validateTemporal() error {
+	if c.Temporal.LocalActivities && !c.Temporal.FastMode {
+		c.Temporal.FastMode = true
+		c.Warnings = append(c.Warnings, "temporal.local_activities is folded into temporal.fast_mode: fast mode is on")
+	}
 	if !c.Temporal.Plaintext && c.Temporal.CodecKeyFile == "" && os.Getenv(CodecKeyEnv) == "" {
 		return invalid("temporal.codec_key_file", "required (or %s, or temporal.plaintext: true): payloads carry secrets", CodecKeyEnv)
 	}
@@ -438,12 +441,4 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("invalid duration %q", s)
 	}
 	return d, nil
-}
-
-// HelperTaskQueue is where helper calls go: a task queue of their own, which each process polls
-// with at most workers helper runs at once (so a busy process leaves the next host's helper to
-// one with room), and whose dispatch rate Temporal's matching service limits across every
-// worker when helper_rate_limit is set.
-func (c *Config) HelperTaskQueue() string {
-	return c.Temporal.TaskQueue + "-helper"
 }

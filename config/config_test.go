@@ -48,7 +48,6 @@ func TestDefaults(t *testing.T) {
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
-	require.Equal(t, "choria-provisioner-helper", cfg.HelperTaskQueue())
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
 }
 
@@ -244,4 +243,13 @@ func TestWhatTheChoriaProvisionerAcceptedLoads(t *testing.T) {
 		require.NoError(t, err, body)
 		check(t, cfg)
 	}
+}
+
+// temporal.local_activities, one of two speed switches once, means fast_mode now, and says so.
+func TestLocalActivitiesMeansFastMode(t *testing.T) {
+	cfg := &Config{Temporal: Temporal{LocalActivities: true, Plaintext: true, Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "tq"}}
+	require.NoError(t, cfg.validateTemporal())
+	require.True(t, cfg.Temporal.FastMode)
+	require.Len(t, cfg.Warnings, 1)
+	require.Contains(t, cfg.Warnings[0], "fast_mode")
 }

@@ -48,11 +48,10 @@ type PauseChecker interface {
 // Options configure a Discoverer.
 type Options struct {
 	Interval          time.Duration
-	DiscoveryTimeout  time.Duration // how long a sweep listens for replies
-	Component         string        // lifecycle component of servers in provisioning mode
-	TaskQueue         string
-	Input             workflows.ProvisionInput // template: Identity and Source are set per sighting
-	StartConcurrency  int                      // signal-with-start calls in flight during a sweep
+	DiscoveryTimeout  time.Duration     // how long a sweep listens for replies
+	Component         string            // lifecycle component of servers in provisioning mode
+	Start             workflows.Starter // task queue, site and fast mode of the runs it starts
+	StartConcurrency  int               // start calls in flight during a sweep
 	DisableEvents     bool
 	DisableBroadcasts bool
 	Pause             PauseChecker // nil: never paused
@@ -501,7 +500,7 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		// a run that closes at its restart RPC (no restart grace) leaves the server answering in
 		// provisioning mode for up to splay+2 s more: a sweep begun in that window is an echo
-		if !info.GetCloseTime().AsTime().Add(workflows.RestartWindow(d.opts.Input.RestartSplay)).After(seenAt) {
+		if !info.GetCloseTime().AsTime().Add(workflows.RestartWindow(0)).After(seenAt) {
 			return startRun
 		}
 		var res workflows.ProvisionResult
@@ -550,11 +549,8 @@ const stickyScheduleToStart = 5 * time.Second
 // provisioner had left with its last task in hand (closed 10 s later by the next one) and the
 // host, re-imaged meanwhile, waited a whole discovery interval.
 func (d *Discoverer) finishingWait() time.Duration {
-	tt := workflows.TaskTimeout(d.opts.Input)
-	if tt == 0 {
-		tt = workflows.DefaultTaskTimeout
-	}
-	grace := workflows.RestartWindow(d.opts.Input.RestartSplay) + time.Second
+	tt := d.opts.Start.TaskTimeout()
+	grace := workflows.RestartWindow(0) + time.Second
 	return max(tt, stickyScheduleToStart, grace) + 2*FinishingRecheck
 }
 
@@ -638,20 +634,9 @@ func (d *Discoverer) eagerStart(source string) bool {
 // start hands a sighting to Temporal: a new run of the host's workflow, or nothing when one is
 // open (a signal would cost the open run a history event and a workflow task, and tell it nothing).
 func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt time.Time) error {
-	in := d.opts.Input
-	in.Identity = identity
-	in.Source = source
-	in.SeenAt = seenAt
-	opts := client.StartWorkflowOptions{
-		ID:        workflows.WorkflowID(identity),
-		TaskQueue: d.opts.TaskQueue,
-		// a closed workflow (provisioned, failed, shut down) gets a new run: the host is back
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		TypedSearchAttributes:    workflows.StartSearchAttributes(in),
-		WorkflowTaskTimeout:      workflows.TaskTimeout(in),
-		EnableEagerStart:         d.eagerStart(source),
-	}
+	in := workflows.ProvisionInput{Identity: identity, Source: source, SeenAt: seenAt}
+	opts := d.opts.Start.Options(in)
+	opts.EnableEagerStart = d.eagerStart(source)
 	_, err := d.starter.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -178,8 +178,8 @@ func (r *recordingStarter) ExecuteWorkflow(ctx context.Context, opts client.Star
 func newTestDiscoverer(t *testing.T, s Starter) (*Discoverer, *metrics.Metrics) {
 	m, err := metrics.New(prometheus.NewRegistry(), "lab")
 	require.NoError(t, err)
-	d := New(nil, s, Options{Interval: time.Minute, Component: "provision_mode_server", TaskQueue: "tq",
-		Input: workflows.ProvisionInput{Site: "lab", Features: workflows.Features{JWT: true}}}, m, zap.NewNop())
+	d := New(nil, s, Options{Interval: time.Minute, Component: "provision_mode_server",
+		Start: workflows.Starter{TaskQueue: "tq", Site: "lab"}}, m, zap.NewNop())
 	return d, m
 }
 
@@ -195,8 +195,7 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, s.calls[0].WorkflowIDConflictPolicy, "an open run is left alone")
 	require.Equal(t, "n1.example", s.args[0].Identity)
 	require.Equal(t, workflows.SourceEvent, s.args[0].Source)
-	require.Equal(t, "lab", s.args[0].Site)
-	require.True(t, s.args[0].Features.JWT)
+	require.Equal(t, workflows.Summary("n1.example", "lab", workflows.SourceEvent), s.calls[0].StaticSummary)
 	require.Equal(t, 1.0, testutil.ToFloat64(m.EventDiscovered.WithLabelValues("lab")))
 }
 
@@ -222,7 +221,7 @@ func TestFastModeRunsGetALongerTaskTimeout(t *testing.T) {
 	s := &recordingStarter{}
 	d, _ := newTestDiscoverer(t, s)
 	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceEvent, time.Now()))
-	d.opts.Input.Fast = true
+	d.opts.Start.Fast = true
 	require.NoError(t, d.Sighted(context.Background(), "n2", workflows.SourceEvent, time.Now()))
 	require.Len(t, s.calls, 2)
 	require.Zero(t, s.calls[0].WorkflowTaskTimeout)

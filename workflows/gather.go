@@ -12,19 +12,21 @@ type read struct {
 	result any
 }
 
-// gatherTogether schedules the reads in one workflow task, so that a host's reads cost one
-// task between them instead of one each, and waits for all of them.
-func (p *provisioner) gatherTogether(ctx workflow.Context) (*facts, error) {
+// gather runs the reads the helper decides on (jwt, gen25519, gencsr, inventory, as the
+// policy's features ask) at once, in one workflow task, and hands their results to the helper's
+// request in the shape the helper contract wants.
+func (p *provisioner) gather(ctx workflow.Context) (*facts, error) {
 	f := &facts{helper: activities.HelperRequest{Input: activities.HelperInput{Identity: p.in.Identity}}}
+	features := p.policy.Features
 	var ed activities.ED25519Result
 	var reads []read
-	if p.in.Features.JWT {
+	if features.JWT {
 		reads = append(reads, read{StepJWT, &f.jwt})
 	}
-	if p.in.Features.ED25519 {
+	if features.ED25519 {
 		reads = append(reads, read{StepGen25519, &ed})
 	}
-	if p.in.Features.PKI {
+	if features.PKI {
 		f.csr = &activities.CSRResult{}
 		reads = append(reads, read{StepGencsr, f.csr})
 	}
@@ -32,10 +34,10 @@ func (p *provisioner) gatherTogether(ctx workflow.Context) (*facts, error) {
 	if err := p.readAll(ctx, reads); err != nil {
 		return nil, err
 	}
-	if p.in.Features.JWT {
+	if features.JWT {
 		f.helper.Input.JWT, f.helper.HadToken = f.jwt.Claims, f.jwt.HadToken
 	}
-	if p.in.Features.ED25519 {
+	if features.ED25519 {
 		ed.Attempted = activities.Attempted{} // the helper contract's keys only
 		f.helper.Input.ED25519PubKey = &ed
 	}
@@ -52,19 +54,19 @@ func (p *provisioner) gatherTogether(ctx workflow.Context) (*facts, error) {
 // readAll runs the reads at once (each with its activity's own retries) and returns the error
 // of the first that failed, in the order given. Each is its own entry in the timeline.
 func (p *provisioner) readAll(ctx workflow.Context, reads []read) error {
-	if err := workflow.Await(ctx, func() bool { return !p.status.Paused }); err != nil {
+	if err := p.awaitResume(ctx); err != nil {
 		return err
 	}
-	host := p.host() // the run's first reads all carry the sighting time
+	p.details(ctx, "reading the server: "+stepNames(reads))
+	host := p.host()
+	p.passes++
 	errs := make([]error, len(reads))
 	sel := workflow.NewSelector(ctx)
 	for i, r := range reads {
-		p.stepRuns++
 		p.status.Step, p.status.Attempt = r.step, 1
-		p.status.Timeline = append(p.status.Timeline, StepRecord{Step: r.step, Started: workflow.Now(ctx)})
-		at := len(p.status.Timeline) - 1
+		at := p.begin(ctx, r.step)
 		sel.AddFuture(p.execute(ctx, specOf(r.step), host), func(fut workflow.Future) {
-			errs[i] = p.record(&p.status.Timeline[at], fut.Get(ctx, r.result), r.result, workflow.Now(ctx))
+			errs[i] = p.record(at, fut.Get(ctx, r.result), r.result, workflow.Now(ctx))
 		})
 	}
 	for range reads {
@@ -73,9 +75,29 @@ func (p *provisioner) readAll(ctx workflow.Context, reads []read) error {
 	for i, err := range errs {
 		if err != nil {
 			p.status.Step = reads[i].step // where it failed
-			p.firstReadsFailed = !host.SeenAt.IsZero()
-			return &stepError{step: reads[i].step, err: err}
+			return &stepError{step: reads[i].step, err: err, stale: !host.SeenAt.IsZero() && notProvisioning(err)}
 		}
 	}
 	return nil
+}
+
+// host addresses the host; the first pass's reads carry the sighting time, so that a host that
+// does not answer because it was provisioned after that sighting is recognised
+// (activities.RunHistory).
+func (p *provisioner) host() activities.HostInput {
+	if p.passes == 0 {
+		return activities.HostInput{Identity: p.in.Identity, SeenAt: p.in.SeenAt}
+	}
+	return activities.HostInput{Identity: p.in.Identity}
+}
+
+func stepNames(reads []read) string {
+	s := ""
+	for i, r := range reads {
+		if i > 0 {
+			s += ", "
+		}
+		s += r.step
+	}
+	return s
 }

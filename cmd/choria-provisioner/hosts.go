@@ -18,6 +18,7 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // Exit codes of the hosts commands.
@@ -112,7 +113,7 @@ func (h *hostsCommand) operator(ctx context.Context) (*operator.Operator, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", operator.ErrUnreachable, err)
 	}
-	return &operator.Operator{C: c, DC: dc, TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace}, c.Close, nil
+	return &operator.Operator{C: c, DC: dc, Starter: service.Starter(cfg), TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace}, c.Close, nil
 }
 
 func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
@@ -225,7 +226,7 @@ func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
 		if st.ServerVersion != "" {
 			fmt.Fprintf(w, "Server version:\t%s\n", st.ServerVersion)
 		}
-		fmt.Fprintf(w, "Sightings:\t%d, defers %d, paused %v\n", st.Sightings, st.Defers, st.Paused)
+		fmt.Fprintf(w, "Found:\t%s, defers %d, paused %v\n", found(st), st.Defers, st.Paused)
 		if st.LastError != "" {
 			fmt.Fprintf(w, "Last error:\t%s\n", st.LastError)
 		}
@@ -332,4 +333,12 @@ func (h *hostsCommand) reprovision(ctx context.Context) error {
 		return fmt.Errorf("%d of %d hosts could not be reprovisioned", failed, len(h.identities))
 	}
 	return nil
+}
+
+// found says how the run's sighting was made, and when.
+func found(st *workflows.Status) string {
+	if st.SeenAt.IsZero() {
+		return "by " + st.Source
+	}
+	return fmt.Sprintf("by %s at %s", st.Source, st.SeenAt.Local().Format(time.RFC3339))
 }

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
@@ -182,15 +180,10 @@ func TestIntegrationStaleSightingOfProvisionedHost(t *testing.T) {
 	closed := first.GetCloseTime().AsTime()
 
 	// the late delivery of a sweep that began a second before the run closed
-	in := service.WorkflowInput(e.cfg)
-	in.Identity, in.Source, in.SeenAt = m.Identity, workflows.SourceDiscovery, closed.Add(-time.Second)
+	in := workflows.ProvisionInput{Identity: m.Identity, Source: workflows.SourceDiscovery, SeenAt: closed.Add(-time.Second)}
 	ctx := context.Background()
 	start := time.Now()
-	run, err := e.client.SignalWithStartWorkflow(ctx, workflows.WorkflowID(m.Identity), workflows.SeenSignal,
-		workflows.Sighting{Source: workflows.SourceDiscovery, At: in.SeenAt},
-		client.StartWorkflowOptions{ID: workflows.WorkflowID(m.Identity), TaskQueue: e.cfg.Temporal.TaskQueue,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE},
-		workflows.WorkflowName, in)
+	run, err := e.client.ExecuteWorkflow(ctx, service.Starter(e.cfg).Options(in), workflows.WorkflowName, in)
 	require.NoError(t, err)
 	var res workflows.ProvisionResult
 	require.NoError(t, run.Get(ctx, &res), "the stale run must not fail")

@@ -107,9 +107,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 // provisioner runs one provisioner replica in this process until the test ends.
 func (e *env) provisioner(name string) *service.Service {
 	e.t.Helper()
+	return e.replica(name, service.Options{Worker: true, Discovery: true})
+}
+
+// replica runs the parts of a provisioner opts choose in this process until the test ends.
+func (e *env) replica(name string, opts service.Options) *service.Service {
+	e.t.Helper()
 	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, name+".log"))
 	require.NoError(e.t, err)
-	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), service.Options{Worker: true, Discovery: true, Registry: prometheus.NewRegistry()})
+	opts.Registry = prometheus.NewRegistry()
+	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), opts)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -292,14 +292,7 @@ func ExplainDialError(cfg *config.Config, err, probe error) error {
 		caFrom = "temporal.tls.ca_file " + t.CAFile
 	}
 	var why string
-	has := func(s ...string) bool {
-		for _, x := range s {
-			if strings.Contains(msg, x) {
-				return true
-			}
-		}
-		return false
-	}
+	has := func(s ...string) bool { return containsAny(msg, s...) }
 	var hostErr x509.HostnameError
 	var authErr x509.UnknownAuthorityError
 	switch {
@@ -322,27 +315,9 @@ func ExplainDialError(cfg *config.Config, err, probe error) error {
 	case has("certificate required") || (t.CertFile == "" && has("bad certificate", "unknown certificate authority", "handshake failure")):
 		why = "the frontend requires a client certificate (mutual TLS): set temporal.tls.cert_file and temporal.tls.key_file"
 	case has("bad certificate", "unknown certificate authority", "certificate unknown", "expired certificate", "unsupported certificate", "access denied", "handshake failure"):
-		cert := "the client certificate in temporal.tls.cert_file " + t.CertFile
-		if c, lerr := config.LoadClientCertificate(t.CertFile, t.KeyFile, time.Now()); lerr == nil {
-			cert += " (" + config.Describe(c.Leaf) + ")"
-		}
-		switch {
-		case has("unknown certificate authority"):
-			why = "the frontend does not trust the CA that signed " + cert
-		case has("expired certificate"):
-			why = "the frontend says " + cert + " has expired"
-		default:
-			why = "the frontend refused " + cert + ": not signed by a CA it trusts for clients, expired, or not for client authentication"
-		}
+		why = clientCertRefused(t, has)
 	case has("Unauthenticated", "PermissionDenied", "Request unauthorized", "invalid API key", "unauthorized"):
-		switch {
-		case cfg.Temporal.APIKeyFile != "":
-			why = "the frontend refused the API key in temporal.api_key_file " + cfg.Temporal.APIKeyFile + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
-		case !cfg.Temporal.APIKey.Empty():
-			why = "the frontend refused the API key in " + config.APIKeyEnv + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
-		default:
-			why = "the frontend refused the connection as unauthenticated: it may want an API key (temporal.api_key_file) or a client certificate"
-		}
+		why = apiKeyRefused(cfg)
 	}
 	if probe != nil && !errors.Is(probe, errSpeaksTLS) {
 		err = fmt.Errorf("%w (%v)", err, probe)
@@ -351,4 +326,39 @@ func ExplainDialError(cfg *config.Config, err, probe error) error {
 		return fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
 	}
 	return fmt.Errorf("connecting to Temporal at %s: %s: %w", cfg.Temporal.Address, why, err)
+}
+
+func containsAny(msg string, subs ...string) bool {
+	for _, x := range subs {
+		if strings.Contains(msg, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientCertRefused says why the frontend refused the client certificate, naming it.
+func clientCertRefused(t config.TLS, has func(...string) bool) string {
+	cert := "the client certificate in temporal.tls.cert_file " + t.CertFile
+	if c, lerr := config.LoadClientCertificate(t.CertFile, t.KeyFile, time.Now()); lerr == nil {
+		cert += " (" + config.Describe(c.Leaf) + ")"
+	}
+	switch {
+	case has("unknown certificate authority"):
+		return "the frontend does not trust the CA that signed " + cert
+	case has("expired certificate"):
+		return "the frontend says " + cert + " has expired"
+	}
+	return "the frontend refused " + cert + ": not signed by a CA it trusts for clients, expired, or not for client authentication"
+}
+
+// apiKeyRefused says which API key the frontend refused, or that it wants one.
+func apiKeyRefused(cfg *config.Config) string {
+	switch {
+	case cfg.Temporal.APIKeyFile != "":
+		return "the frontend refused the API key in temporal.api_key_file " + cfg.Temporal.APIKeyFile + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
+	case !cfg.Temporal.APIKey.Empty():
+		return "the frontend refused the API key in " + config.APIKeyEnv + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
+	}
+	return "the frontend refused the connection as unauthenticated: it may want an API key (temporal.api_key_file) or a client certificate"
 }
