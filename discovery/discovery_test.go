@@ -449,22 +449,22 @@ func TestSweepJudgesHostsAtWorkByOneListing(t *testing.T) {
 	d, _ := newTestDiscoverer(t, s)
 	o := d.listOpen(context.Background())
 	sweptAt := time.Now()
+	deadline := sweptAt.Add(time.Minute)
 	for _, c := range []struct {
 		identity          string
 		latest            *workflowpb.WorkflowExecutionInfo // what a describe says
-		handed, absorbed  int
+		result            handoverResult
 		described, starts int
 	}{
-		{"queued7", nil, 0, 1, 0, 0},
-		{"deferred", nil, 0, 1, 0, 0},
-		{"helper", open[len(open)-3], 0, 0, 1, 0},
-		{"new-host", nil, 1, 0, 2, 1},
+		{"queued7", nil, resultAbsorbed, 0, 0},
+		{"deferred", nil, resultAbsorbed, 0, 0},
+		{"helper", open[len(open)-3], resultJudged, 1, 0},
+		{"new-host", nil, resultHanded, 2, 1},
 	} {
 		s.mu.Lock()
 		s.latest = c.latest
 		s.mu.Unlock()
-		h, a := d.handOver(context.Background(), c.identity, sweptAt, o)
-		require.Equal(t, [2]int{c.handed, c.absorbed}, [2]int{h, a}, c.identity)
+		require.Equal(t, c.result, d.handOver(context.Background(), c.identity, sweptAt, deadline, o), c.identity)
 		require.Equal(t, c.described, s.described, c.identity)
 		require.Equal(t, c.starts, s.started(), c.identity)
 	}
@@ -475,7 +475,6 @@ func TestSweepJudgesHostsAtWorkByOneListing(t *testing.T) {
 	require.ErrorContains(t, err, "visibility store down")
 	d, _ = newTestDiscoverer(t, s)
 	o = d.listOpen(context.Background())
-	h, a := d.handOver(context.Background(), "queued7", sweptAt, o)
-	require.Equal(t, [2]int{1, 0}, [2]int{h, a})
+	require.Equal(t, resultHanded, d.handOver(context.Background(), "queued7", sweptAt, deadline, o))
 	require.Equal(t, 1, s.described)
 }
