@@ -223,6 +223,20 @@ func invalid(key string, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...))
 }
 
+// validateRates checks the rates that bound what the fleet can make the provisioner do.
+func (c *Config) validateRates() error {
+	if c.HelperRateLimit < 0 {
+		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
+	}
+	if c.NewHostsRate < 0 {
+		return invalid("new_hosts_rate", "%v is negative; 0 means unlimited", c.NewHostsRate)
+	}
+	if c.NewHostsRate > 0 && c.NewHostsBurst < 1 {
+		return invalid("new_hosts_burst", "%d: at least 1 with new_hosts_rate %v", c.NewHostsBurst, c.NewHostsRate)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	var err error
 
@@ -279,14 +293,8 @@ func (c *Config) validate() error {
 	if c.Workers == 0 {
 		c.Workers = runtime.NumCPU()
 	}
-	if c.HelperRateLimit < 0 {
-		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
-	}
-	if c.NewHostsRate < 0 {
-		return invalid("new_hosts_rate", "%v is negative; 0 means unlimited", c.NewHostsRate)
-	}
-	if c.NewHostsRate > 0 && c.NewHostsBurst < 1 {
-		return invalid("new_hosts_burst", "%d: at least 1 with new_hosts_rate %v", c.NewHostsBurst, c.NewHostsRate)
+	if err := c.validateRates(); err != nil {
+		return err
 	}
 	for key, v := range map[string]int{"temporal.activity_pollers": c.Temporal.ActivityPollers,
 		"temporal.workflow_pollers": c.Temporal.WorkflowPollers, "temporal.max_concurrent_activities": c.Temporal.MaxConcurrentActivities,

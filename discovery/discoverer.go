@@ -30,6 +30,9 @@ type Discoverer struct {
 	queued atomic.Int64
 	gate   *gate    // the new-hosts rate and the refusals' count (gate.go)
 	settle *settler // sightings waiting for a finishing run to close (settle.go)
+	// sweep is Sweep, and resweep RefusedSweepAfter: tests replace them
+	sweep   func(context.Context) (int, error)
+	resweep time.Duration
 }
 
 // New makes a Discoverer over a Choria client framework on the provisioning collective.
@@ -46,6 +49,7 @@ func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, 
 	d := &Discoverer{fw: fw, starter: starter, opts: opts, metrics: m, log: log, now: time.Now, recheck: FinishingRecheck}
 	d.gate = newGate(opts.NewHostsRate, opts.NewHostsBurst, m, log)
 	d.settle = newSettler(SettleQueueSize)
+	d.sweep, d.resweep = d.Sweep, RefusedSweepAfter
 	return d
 }
 
@@ -89,13 +93,13 @@ func (d *Discoverer) loop(ctx context.Context) {
 		case <-report.C:
 			d.gate.report()
 		case <-d.gate.resweep:
-			if early := ended.Add(RefusedSweepAfter); !d.opts.DisableBroadcasts && early.Before(due) {
+			if early := ended.Add(d.resweep); !d.opts.DisableBroadcasts && early.Before(due) {
 				due = early
 				next.Reset(time.Until(due))
 			}
 		case <-next.C:
 			began := time.Now()
-			if _, err := d.Sweep(ctx); err != nil && ctx.Err() == nil {
+			if _, err := d.sweep(ctx); err != nil && ctx.Err() == nil {
 				d.log.Error("discovery sweep failed", zap.Error(err))
 			}
 			ended, due = time.Now(), began.Add(d.opts.Interval)
