@@ -137,7 +137,9 @@ func runFlood(t *testing.T, flood time.Duration) floodResult {
 	}
 	if flood > 0 {
 		// the summary comes once an interval (1 m): the flood's first one may be still to come
-		require.Eventually(t, func() bool { return strings.Contains(readLog(e, "replica-a.log"), "found again by the next discovery sweep") },
+		require.Eventually(t, func() bool {
+			return strings.Contains(readLog(e, "replica-a.log"), "found again by the next discovery sweep")
+		},
 			90*time.Second, time.Second, "no summary of the refusals")
 	}
 	res.refused = scrapeRefused(t, port)
