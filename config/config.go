@@ -86,6 +86,8 @@ type Config struct {
 	Helper                     string         `koanf:"helper"`            // command line, split with shell quoting rules
 	HelperTimeout              string         `koanf:"helper_timeout"`    // ours: default 10s like the Choria Provisioner
 	HelperRateLimit            float64        `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
+	NewHostsRate               float64        `koanf:"new_hosts_rate"`    // ours: sightings per second discovery may hand to Temporal, 0 unlimited
+	NewHostsBurst              int            `koanf:"new_hosts_burst"`   // ours: ... at once, beyond the rate
 	RPCTimeout                 string         `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
 	DeferDelay                 string         `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
 	Token                      string         `koanf:"token"`             // provisioning token; stays in worker config, never in history
@@ -151,6 +153,11 @@ func defaults() map[string]any {
 		// let a 10,000-host burst hold 480 MiB (85-126 MiB at 500). An evicted run's next task replays its ~40 history
 		// events: at 3,000 hosts at once, 400 cost no measurable rate (docs/performance.md)
 		"temporal.workflow_cache_size": 500,
+		// a flood of forged startup events or discovery replies starts at most this many runs a
+		// second; at the 15-35 hosts/s measured (docs/performance.md) neither bounds a real fleet,
+		// and the hosts of a burst beyond new_hosts_burst are found by a sweep brought forward
+		"new_hosts_rate":  50,
+		"new_hosts_burst": 500,
 	}
 }
 
@@ -216,6 +223,20 @@ func invalid(key string, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...))
 }
 
+// validateRates checks the rates that bound what the fleet can make the provisioner do.
+func (c *Config) validateRates() error {
+	if c.HelperRateLimit < 0 {
+		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
+	}
+	if c.NewHostsRate < 0 {
+		return invalid("new_hosts_rate", "%v is negative; 0 means unlimited", c.NewHostsRate)
+	}
+	if c.NewHostsRate > 0 && c.NewHostsBurst < 1 {
+		return invalid("new_hosts_burst", "%d: at least 1 with new_hosts_rate %v", c.NewHostsBurst, c.NewHostsRate)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	var err error
 
@@ -272,8 +293,8 @@ func (c *Config) validate() error {
 	if c.Workers == 0 {
 		c.Workers = runtime.NumCPU()
 	}
-	if c.HelperRateLimit < 0 {
-		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
+	if err := c.validateRates(); err != nil {
+		return err
 	}
 	for key, v := range map[string]int{"temporal.activity_pollers": c.Temporal.ActivityPollers,
 		"temporal.workflow_pollers": c.Temporal.WorkflowPollers, "temporal.max_concurrent_activities": c.Temporal.MaxConcurrentActivities,

@@ -49,6 +49,8 @@ func TestDefaults(t *testing.T) {
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
+	require.Equal(t, 50.0, cfg.NewHostsRate, "a flood of forged sightings is bounded by default")
+	require.Equal(t, 500, cfg.NewHostsBurst)
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
@@ -125,6 +127,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"temporal: {plaintext: true, grpc_compression: brotli}\n": "temporal.grpc_compression",
 		"workers: -1\n":                                           "workers",
 		"temporal: {plaintext: true, workflow_cache_size: -1}\n":  "temporal.workflow_cache_size",
+		"new_hosts_rate: -1\n":                                    "new_hosts_rate",
+		"new_hosts_rate: 5\nnew_hosts_burst: 0\n":                 "new_hosts_burst",
 	}
 	for body, key := range cases {
 		_, err := Load(writeConfig(t, body))

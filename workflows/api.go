@@ -259,6 +259,17 @@ func (s Starter) Options(in ProvisionInput) client.StartWorkflowOptions {
 	return o
 }
 
+// RetryOptions are the start options of an operator's retry of in's host: a new run only when
+// the host's latest run failed (or was canceled, terminated or timed out), and an error, not the
+// open run, when one is at work.
+func (s Starter) RetryOptions(in ProvisionInput) client.StartWorkflowOptions {
+	o := s.Options(in)
+	o.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
+	o.WorkflowExecutionErrorWhenAlreadyStarted = true
+	return o
+}
+
 // DefaultTaskTimeout is Temporal's workflow task timeout, which a run started with none gets.
 const DefaultTaskTimeout = 10 * time.Second
 

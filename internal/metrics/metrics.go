@@ -38,6 +38,21 @@ type Metrics struct {
 	StaleSightings *prometheus.CounterVec
 	// ours: when jwt_signing_token expires (Unix seconds); absent without one that expires
 	SignerExpiry *prometheus.GaugeVec
+	// ours: sightings discovery refused before anything was queued or started, by reason
+	SightingsRefused *prometheus.CounterVec
+}
+
+// Reasons discovery refuses a sighting, the reason label of SightingsRefused.
+const (
+	RefusedSize    = "size"    // a startup event or discovery reply larger than discovery reads
+	RefusedInvalid = "invalid" // not a startup event or reply of a valid identity
+	RefusedRate    = "rate"    // over new_hosts_rate: the next sweep finds the host again
+	RefusedFull    = "full"    // a bounded queue of discovery's was full: likewise
+)
+
+// RefusedReasons are every reason label SightingsRefused carries.
+func RefusedReasons() []string {
+	return []string{RefusedSize, RefusedInvalid, RefusedRate, RefusedFull}
 }
 
 // New registers the series on reg.
@@ -56,6 +71,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		Discovered:       counter("discovered", "Nodes a discovery sweep handed over for provisioning (not those a run already works on)"),
 		EventDiscovered:  counter("event_discovered", "Nodes handed over for provisioning on their lifecycle startup event"),
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
+		SightingsRefused: counter("sightings_refused_total", "Startup events and discovery replies refused before anything was queued or started, by reason", "reason"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
@@ -71,7 +87,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -85,6 +101,10 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 	}
 	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
 		g.WithLabelValues(site).Set(0)
+	}
+	// and every reason of a refusal, so that an alert on its rate sees the first one
+	for _, r := range RefusedReasons() {
+		m.SightingsRefused.WithLabelValues(site, r).Add(0)
 	}
 	return m, nil
 }

@@ -272,11 +272,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 		return fmt.Errorf("%w: %s is %s; use reprovision to provision it again", ErrNotFailed, identity, strings.ToLower(status))
 	}
 	in := workflows.ProvisionInput{Identity: identity, Source: workflows.SourceOperator}
-	opts := o.Starter.Options(in)
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
-	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
-	_, err = o.C.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
+	_, err = o.C.ExecuteWorkflow(ctx, o.Starter.RetryOptions(in), workflows.WorkflowName, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)

@@ -254,6 +254,9 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 			Start:     Starter(s.cfg),
 			Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
 			Version:   s.opts.Version,
+			// per process: n replicas admit up to n times this rate (docs/configuration.md)
+			NewHostsRate:  s.cfg.NewHostsRate,
+			NewHostsBurst: s.cfg.NewHostsBurst,
 		}, s.Metrics, s.log.Named("discovery"))
 		go func() { errc <- s.discoverer.Run(ctx) }()
 		go s.fleetGauges(ctx, tc)

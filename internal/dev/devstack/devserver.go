@@ -76,6 +76,9 @@ func (s *DevServer) Client() client.Client { return s.client }
 // FrontendHostPort is the server's gRPC address.
 func (s *DevServer) FrontendHostPort() string { return s.hostPort }
 
+// PID is the server's process, for what it cost (procstat).
+func (s *DevServer) PID() int { return s.cmd.Process.Pid }
+
 // Stop interrupts the server and waits for it to exit.
 func (s *DevServer) Stop() error {
 	select {
