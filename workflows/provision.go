@@ -24,6 +24,8 @@ type provisioner struct {
 	log    log.Logger
 	// passes counts the passes over the steps: only the first one's reads carry the sighting time
 	passes int
+	// answered: the host answered a read in this run (readAll)
+	answered bool
 	// configured: the configure RPC succeeded in this run
 	configured bool
 	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)

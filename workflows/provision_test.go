@@ -31,6 +31,7 @@ type fakeHost struct {
 	helper     []activities.HelperOutput // one per helper call; the last repeats
 	failing    map[string]error          // activity name -> error returned every time
 	flaky      map[string]int            // activity name -> number of leading failures
+	script     map[string][]string       // activity name -> error types of its first calls
 	version    string
 	upgradable bool
 	signed     activities.SignInput
@@ -61,6 +62,10 @@ func (f *fakeHost) record(ctx context.Context, name string) error {
 	f.queues[name] = info.TaskQueue
 	if err, ok := f.failing[name]; ok {
 		return err
+	}
+	if s := f.script[name]; len(s) > 0 {
+		f.script[name] = s[1:]
+		return activities.NewError(s[0], "scripted "+s[0], nil)
 	}
 	if f.flaky[name] > 0 {
 		f.flaky[name]--
@@ -187,7 +192,7 @@ func (s *ProvisionSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(input().Identity)})
 	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
-	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}}
+	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{}}
 	s.host.register(s.env)
 }
 
@@ -249,12 +254,13 @@ func (s *ProvisionSuite) TestOnlyTheFirstReadsCarryTheSightingTime() {
 	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	s.execute(Features{JWT: true, ED25519: true}, in)
 	s.result()
-	s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt, {}, {}, {}}, s.host.seenAt)
+	s.ElementsMatch([]time.Time{in.SeenAt, {}, {}}, s.host.seenAt[:3], "the inventory read alone makes the stale check")
+	s.Equal([]time.Time{{}, {}, {}}, s.host.seenAt[3:])
 }
 
 // A stale sighting, found by any read of the first pass, ends the run provisioned, not failed.
 func (s *ProvisionSuite) TestStaleSightingEndsProvisioned() {
-	for _, read := range []string{activities.FetchJWTName, activities.InventoryName} {
+	for _, read := range []string{activities.InventoryName, activities.FetchJWTName} {
 		s.SetupTest()
 		s.host.failing[read] = temporal.NewNonRetryableApplicationError(
 			"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
@@ -265,7 +271,7 @@ func (s *ProvisionSuite) TestStaleSightingEndsProvisioned() {
 		s.Equal(OutcomeProvisioned, res.Outcome, read)
 		s.Contains(res.Message, "stale sighting")
 		s.NotContains(s.host.calls, activities.RunHelperName)
-		s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt}, s.host.seenAt, "every first read carries the sighting")
+		s.Contains(s.host.seenAt, in.SeenAt, "the inventory read carries the sighting")
 	}
 }
 
@@ -796,4 +802,53 @@ func without(names []string, drop string) []string {
 		}
 	}
 	return out
+}
+
+// A name that never answers (a forged sighting, a host gone) costs two tries of each read, not
+// five, and one stale check; a host that answered one read gets the rest of its tries.
+func (s *ProvisionSuite) TestNeverAnsweredGivesUpAfterTwoTries() {
+	nr := activities.ErrTypeNoReply
+	five := []string{nr, nr, nr, nr, nr}
+	s.host.script = map[string][]string{activities.FetchJWTName: five, activities.Gen25519Name: five, activities.InventoryName: five}
+	in := input()
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.execute(Features{JWT: true, ED25519: true}, in)
+	s.Require().Error(s.env.GetWorkflowError())
+	for _, read := range []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName} {
+		s.Equal(2, countOf(s.host.calls, read), read)
+	}
+}
+
+func (s *ProvisionSuite) TestAnsweredHostGetsTheRestOfItsTries() {
+	nr := activities.ErrTypeNoReply
+	s.host.script = map[string][]string{activities.InventoryName: {nr, nr, nr, nr}}
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(5, countOf(s.host.calls, activities.InventoryName))
+	s.Equal(1, countOf(s.host.calls, activities.FetchJWTName))
+}
+
+// A failure of ours (the broker) is no sign of the host: every try.
+func (s *ProvisionSuite) TestOurFailuresGetEveryTry() {
+	rpc := activities.ErrTypeRPC
+	four := []string{rpc, rpc, rpc, rpc}
+	s.host.script = map[string][]string{activities.FetchJWTName: four, activities.Gen25519Name: four, activities.InventoryName: four}
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(5, countOf(s.host.calls, activities.InventoryName))
+}
+
+// The stale verdict ends the run as provisioned even when the other reads, in front of it, got
+// no reply.
+func (s *ProvisionSuite) TestStaleVerdictWinsOverTheOthersSilence() {
+	nr := activities.ErrTypeNoReply
+	s.host.script = map[string][]string{activities.FetchJWTName: {nr, nr}, activities.Gen25519Name: {nr, nr},
+		activities.InventoryName: {activities.ErrTypeNotProvisioning}}
+	in := input()
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.execute(Features{JWT: true, ED25519: true}, in)
+	res := s.result()
+	s.Equal(OutcomeProvisioned, res.Outcome)
+	s.Contains(res.Message, "stale sighting")
+	s.Equal(1, countOf(s.host.calls, activities.InventoryName))
 }
