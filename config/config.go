@@ -238,8 +238,17 @@ func (c *Config) validateRates() error {
 }
 
 func (c *Config) validate() error {
-	var err error
+	for _, check := range []func() error{c.validateDurations, c.validateNames, c.validateLimits, c.validateFeatures, c.validateHelper} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return c.validateTemporal()
+}
 
+// validateDurations parses the durations, with the Choria Provisioner's defaults.
+func (c *Config) validateDurations() error {
+	var err error
 	if c.IntervalDuration, err = ParseDuration(c.Interval); err != nil {
 		return invalid("interval", "%v", err)
 	}
@@ -261,7 +270,11 @@ func (c *Config) validate() error {
 	if c.ServerJWTValidityDuration, err = ParseDuration(c.ServerJWTValidity); err != nil || c.ServerJWTValidityDuration <= 0 {
 		return invalid("server_jwt_validity", "%q is not a positive duration", c.ServerJWTValidity)
 	}
+	return nil
+}
 
+// validateNames checks the log level and the lifecycle component.
+func (c *Config) validateNames() error {
 	// logrus's names, any case, as go-choria's logger took them; garbage is refused (the Choria
 	// Provisioner quietly logged at warn)
 	switch lvl := strings.ToLower(strings.TrimSpace(c.Loglevel)); lvl {
@@ -285,6 +298,11 @@ func (c *Config) validate() error {
 	if strings.ContainsAny(c.LifecycleComponent, ".>* \t\r\n") {
 		return invalid("lifecycle_component", "%q must not contain '.', '>', '*' or spaces", c.LifecycleComponent)
 	}
+	return nil
+}
+
+// validateLimits checks the counts, rates and ports.
+func (c *Config) validateLimits() error {
 	// as the Choria Provisioner: how many hosts one process works on at once, the number of CPUs
 	// unless set; here it bounds the helper runs, the step that runs the site's own code
 	if c.Workers < 0 {
@@ -306,7 +324,11 @@ func (c *Config) validate() error {
 	if c.MonitorPort < 0 || c.MonitorPort > 65535 {
 		return invalid("monitor_port", "%d is not a port number", c.MonitorPort)
 	}
+	return nil
+}
 
+// validateFeatures checks what each feature needs: keys to sign and verify with.
+func (c *Config) validateFeatures() error {
 	if c.Features.PKI && c.Features.ED25519 {
 		return invalid("features", "pki and ed25519 are mutually exclusive")
 	}
@@ -343,7 +365,12 @@ func (c *Config) validate() error {
 		}
 		c.Warnings = append(c.Warnings, "features.upgrades is on without upgrades_repository: hosts the helper asks to upgrade "+then)
 	}
+	return nil
+}
 
+// validateHelper checks the helper command and the certificate deny list.
+func (c *Config) validateHelper() error {
+	var err error
 	if len(c.CertDenyList) == 0 {
 		c.CertDenyList = DefaultCertDenyList
 	}
@@ -359,8 +386,7 @@ func (c *Config) validate() error {
 	if c.HelperCommand, err = SplitHelper(c.Helper); err != nil {
 		return invalid("helper", "%v", err)
 	}
-
-	return c.validateTemporal()
+	return nil
 }
 
 func (c *Config) validateTemporal() error {

@@ -238,27 +238,32 @@ func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
 		return err
 	}
 	if d.State != nil && len(d.State.Timeline) > 0 {
-		fmt.Fprintln(h.out, "\nTimeline:")
-		tw := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR OR NOTE")
-		for _, r := range d.State.Timeline {
-			took := ""
-			if !r.Ended.IsZero() {
-				took = r.Ended.Sub(r.Started).Round(time.Millisecond).String()
-			}
-			attempts := "-"
-			if r.Attempts > 0 {
-				attempts = fmt.Sprint(r.Attempts)
-			}
-			msg := r.Error
-			if msg == "" {
-				msg = r.Note
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.Step, r.Started.Local().Format("15:04:05.000"), took, attempts, msg)
-		}
-		return tw.Flush()
+		return h.timeline(d.State.Timeline)
 	}
 	return nil
+}
+
+// timeline prints a run's steps, one a line.
+func (h *hostsCommand) timeline(steps []workflows.StepRecord) error {
+	fmt.Fprintln(h.out, "\nTimeline:")
+	tw := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR OR NOTE")
+	for _, r := range steps {
+		took := ""
+		if !r.Ended.IsZero() {
+			took = r.Ended.Sub(r.Started).Round(time.Millisecond).String()
+		}
+		attempts := "-"
+		if r.Attempts > 0 {
+			attempts = fmt.Sprint(r.Attempts)
+		}
+		msg := r.Error
+		if msg == "" {
+			msg = r.Note
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.Step, r.Started.Local().Format("15:04:05.000"), took, attempts, msg)
+	}
+	return tw.Flush()
 }
 
 func (h *hostsCommand) retry(ctx context.Context, op *operator.Operator) error {

@@ -248,16 +248,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 	errc := make(chan error, 1)
 	if s.opts.Discovery {
-		s.discoverer = discovery.New(fw, tc, discovery.Options{
-			Interval:  s.cfg.IntervalDuration,
-			Component: s.cfg.LifecycleComponent,
-			Start:     Starter(s.cfg),
-			Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
-			Version:   s.opts.Version,
-			// per process: n replicas admit up to n times this rate (docs/configuration.md)
-			NewHostsRate:  s.cfg.NewHostsRate,
-			NewHostsBurst: s.cfg.NewHostsBurst,
-		}, s.Metrics, s.log.Named("discovery"))
+		s.discoverer = discovery.New(fw, tc, s.discoveryOptions(tc), s.Metrics, s.log.Named("discovery"))
 		go func() { errc <- s.discoverer.Run(ctx) }()
 		go s.fleetGauges(ctx, tc)
 	}
@@ -273,6 +264,20 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// discoveryOptions are discovery's options from the configuration.
+func (s *Service) discoveryOptions(tc client.Client) discovery.Options {
+	return discovery.Options{
+		Interval:  s.cfg.IntervalDuration,
+		Component: s.cfg.LifecycleComponent,
+		Start:     Starter(s.cfg),
+		Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
+		Version:   s.opts.Version,
+		// per process: n replicas admit up to n times this rate (docs/configuration.md)
+		NewHostsRate:  s.cfg.NewHostsRate,
+		NewHostsBurst: s.cfg.NewHostsBurst,
+	}
 }
 
 // serveMetrics starts /metrics when monitor_port is set: as the Choria Provisioner, on all
