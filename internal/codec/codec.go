@@ -48,7 +48,7 @@ type Codec struct {
 }
 
 var (
-	_ converter.PayloadCodec                        = (*Codec)(nil)
+	_ converter.PayloadCodec                         = (*Codec)(nil)
 	_ converter.PayloadCodecWithSerializationContext = (*Codec)(nil)
 )
 
