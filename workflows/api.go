@@ -15,7 +15,7 @@ import (
 )
 
 // WorkflowName is the registered name of ProvisionHost.
-const WorkflowName = "ProvisionHost"
+const WorkflowName = activities.HostWorkflowType
 
 // SeenSignal is sent at every sighting of a host (discovery sweep or startup event); a running
 // workflow absorbs it, a closed one is replaced by a new run (signal-with-start).
@@ -39,7 +39,7 @@ const (
 )
 
 // workflowIDPrefix begins the workflow ID of every host.
-const workflowIDPrefix = "provision:"
+const workflowIDPrefix = activities.HostWorkflowIDPrefix
 
 // HelperSlots is what a worker process tells the runs it works on about its helper calls.
 type HelperSlots interface {

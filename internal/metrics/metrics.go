@@ -36,6 +36,8 @@ type Metrics struct {
 	WaitingNodes     *prometheus.GaugeVec
 	// ours: sweep sightings of hosts provisioned since the sweep began, not started again
 	StaleSightings *prometheus.CounterVec
+	// ours: payloads and tasks the worker refused (not ours, or not for the workflow at hand)
+	RefusedPayloads *prometheus.CounterVec
 }
 
 // New registers the series on reg.
@@ -54,6 +56,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		Discovered:       counter("discovered", "Nodes a discovery sweep handed over for provisioning (not those a run already works on)"),
 		EventDiscovered:  counter("event_discovered", "Nodes handed over for provisioning on their lifecycle startup event"),
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
+		RefusedPayloads:  counter("refused_payloads", "Payloads and tasks the worker refused: not encrypted by its key, written for another workflow, or of a workflow that is not a host's", "reason"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
@@ -68,7 +71,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.RefusedPayloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

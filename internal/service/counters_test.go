@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -59,6 +60,7 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	env.RegisterActivityWithOptions(func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
 		return &activities.MessageResult{Message: "restarting"}, nil
 	}, activity.RegisterOptions{Name: activities.RestartName})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.WorkflowID("n1.example")})
 	env.ExecuteWorkflow(workflows.WorkflowName, workflows.ProvisionInput{Identity: "n1.example", Site: m.Site})
 	require.True(t, env.IsWorkflowCompleted())
 	return env.GetWorkflowError()
