@@ -37,7 +37,7 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 	a := &Activities{
 		fw:      fw,
 		set:     set,
-		helper:  &HelperRunner{Command: set.HelperCommand, Timeout: set.HelperTimeout},
+		helper:  &HelperRunner{Command: set.HelperCommand, Timeout: set.HelperTimeout, Env: set.HelperEnv},
 		signer:  &ServerJWTSigner{SigningKey: set.JWTSigningKey, SigningToken: set.JWTSigningToken, DefaultValidity: set.ServerJWTValidity},
 		metrics: m,
 		log:     log,
