@@ -62,4 +62,3 @@ func TestHelperEnvironmentIsClean(t *testing.T) {
 	require.Contains(t, seen, "SITE_CMDB_URL=https://cmdb.example")
 	require.NotContains(t, seen, "NOT_SET_ANYWHERE")
 }
-
