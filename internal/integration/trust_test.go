@@ -1,25 +1,34 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
@@ -222,4 +231,92 @@ func TestIntegrationForeignTasksRefused(t *testing.T) {
 	require.Equal(t, helpers+1, sampleCount(t, svc, "choria_provisioner_helper_time"))
 	require.Equal(t, codec.EncodingName, string(out.Result.GetMetadata()[codec.MetadataEncoding]), "the attacker cannot read it")
 	require.Equal(t, workflows.WorkflowID(done.Identity), string(out.Result.GetMetadata()[codec.MetadataBinding]))
+}
+
+// A helper that prints a private key and fails (one exits 0 with the key for output, one prints
+// it and exits 1) leaves no byte of the key readable in history without the codec key, nor in the
+// provisioner's log; operators read why it failed through the codec. The helper ran with a clean
+// environment: none of the provisioner's keys set in the provisioner's environment.
+func TestIntegrationHelperSecretsStayOutOfHistory(t *testing.T) {
+	const keyLine = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
+	e := newEnv(t, envOptions{servers: 2, helper: func(s *devstack.Stack) string {
+		script := filepath.Join(s.Opts.Dir, "leaky-helper.sh")
+		body := fmt.Sprintf(`#!/bin/sh
+input=$(cat)
+env > %[1]s/helper-env.txt
+printf '%%s\n' '-----BEGIN PRIVATE KEY-----' '%[2]s' '-----END PRIVATE KEY-----'
+case "$input" in
+*'"identity":"%[3]s"'*) exit 0;;
+esac
+echo "could not reach the CA" >&2
+exit 1
+`, s.Opts.Dir, keyLine, s.Fleet.Identity(0))
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	key, err := os.ReadFile(e.stack.CodecKeyFile)
+	require.NoError(t, err)
+	// the provisioner's environment holds its keys (the codec key as it may come from there)
+	secrets := map[string]string{config.CodecKeyEnv: strings.TrimSpace(string(key)),
+		"PROVISIONER_TEMPORAL__API_KEY": "temporal-api-key-not-for-helpers", "PROVISIONER_TOKEN": e.stack.Creds.Token}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	e.provisioner("replica-a")
+	failed := e.waitFailed(2)
+
+	// what an operator with the codec key reads
+	for _, h := range failed {
+		require.Contains(t, h.Reason, "step helper", h.Identity)
+		require.NotContains(t, h.Reason, "PRIVATE", h.Identity)
+		require.NotContains(t, h.Reason, keyLine[:12], h.Identity)
+		if h.Identity == e.stack.Fleet.Identity(0) {
+			require.Contains(t, h.Reason, "not a JSON object", h.Identity)
+		} else {
+			require.Contains(t, h.Reason, "could not reach the CA", h.Identity)
+		}
+	}
+
+	// what a namespace client without the codec key reads: every event as stored
+	plain, err := client.Dial(client.Options{HostPort: e.cfg.Temporal.Address, Namespace: e.cfg.Temporal.Namespace})
+	require.NoError(t, err)
+	defer plain.Close()
+	messages := 0
+	for _, m := range e.stack.Fleet.Members {
+		hist := &historypb.History{}
+		it := plain.GetWorkflowHistory(context.Background(), workflows.WorkflowID(m.Identity), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			require.NoError(t, err)
+			hist.Events = append(hist.Events, ev)
+			if f := ev.GetActivityTaskFailedEventAttributes().GetFailure(); f != nil {
+				require.Equal(t, "Encoded failure", f.GetMessage())
+				messages++
+			}
+		}
+		raw, err := proto.Marshal(hist)
+		require.NoError(t, err)
+		js, err := protojson.Marshal(hist)
+		require.NoError(t, err)
+		for _, b := range [][]byte{raw, js} {
+			for _, s := range []string{"PRIVATE KEY", keyLine[:12], keyLine[20:32], "could not reach the CA"} {
+				require.False(t, bytes.Contains(b, []byte(s)), "%s: %q readable in history without the codec key", m.Identity, s)
+			}
+		}
+	}
+	require.GreaterOrEqual(t, messages, 10, "five helper attempts a host, each failed")
+	log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "replica-a.log"))
+	require.NoError(t, err)
+	require.Contains(t, string(log), "could not reach the CA", "the helper's stderr is logged")
+	for _, s := range []string{"PRIVATE KEY", keyLine[:12]} {
+		require.NotContains(t, string(log), s)
+	}
+
+	env, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "helper-env.txt"))
+	require.NoError(t, err)
+	require.Contains(t, string(env), "PATH=")
+	require.NotContains(t, string(env), "PROVISIONER_")
+	for name, v := range secrets {
+		require.NotContains(t, string(env), v, "the helper saw %s", name)
+	}
 }
