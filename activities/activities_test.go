@@ -13,9 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/metrics"
@@ -51,20 +49,13 @@ func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
 	bad := wrap(a, "Broken", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
 		return nil, errors.New("publish failed: nats: connection closed")
 	})
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestActivityEnvironment()
-	env.RegisterActivityWithOptions(ok.wrapped, activity.RegisterOptions{Name: ok.name})
-	env.RegisterActivityWithOptions(bad.wrapped, activity.RegisterOptions{Name: bad.name})
-
-	v, err := env.ExecuteActivity(ok.name, HostInput{Identity: "n1"})
+	res, err := runAs[InventoryResult](t, HostWorkflowType, "provision:n1", ok, HostInput{Identity: "n1"})
 	require.NoError(t, err)
-	var res InventoryResult
-	require.NoError(t, v.Get(&res))
 	require.Equal(t, int32(1), res.Attempt)
 	require.Equal(t, 1.0, busyInside)
 	require.Equal(t, 0.0, testutil.ToFloat64(m.BusyWorkers.WithLabelValues("lab")))
 
-	_, err = env.ExecuteActivity(bad.name, HostInput{Identity: "n1"})
+	_, err = runAs[InventoryResult](t, HostWorkflowType, "provision:n1", bad, HostInput{Identity: "n1"})
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(err, &app), "%v", err)
 	require.Equal(t, ErrTypeRPC, app.Type(), "an unclassified failure is ours or the transport's")

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/choria-temporal/provisioner/internal/codec"
 )
 
 // Error types carried by Temporal application errors, so the workflow and operators can classify
@@ -25,6 +27,9 @@ const (
 	ErrTypeConfig              = "ConfigError"       // the helper's reply cannot be used: not retryable
 	ErrTypeCSR                 = "CSRRejected"       // CSR unparsable, of another name, or denied: not retryable
 	ErrTypeTooLarge            = "InventoryTooLarge" // the server's inventory exceeds MaxInventoryBytes: not retryable
+	// a task of another workflow than a host's, for another host, or with a payload that is not
+	// ours (codec): not retryable
+	ErrTypeRefused = codec.ErrTypeRefused
 )
 
 // Sentinel errors, each a distinct reason a user can act on: wrapped by the errors a step
@@ -55,7 +60,8 @@ var (
 
 // nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
 // the workflow's retry policies name them (NonRetryableErrorTypes).
-var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge}
+var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge,
+	ErrTypeRefused}
 
 // NonRetryableErrorTypes lists the error types a retry policy must not retry.
 func NonRetryableErrorTypes() []string { return append([]string(nil), nonRetryable...) }

@@ -30,6 +30,13 @@ const EnvPrefix = "PROVISIONER_"
 // temporal.codec_key_file. It is read directly, so a key can never be written inline in YAML.
 const CodecKeyEnv = "PROVISIONER_CODEC_KEY"
 
+// HelperBaseEnv are the variables of the provisioner's environment every helper gets (when set):
+// what interpreters and the tools they call need to run, and nothing that could be a secret.
+// helper_env names more; the helper gets no other variable of the provisioner's.
+var HelperBaseEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // ErrInvalid wraps every validation failure so callers can tell bad configuration from I/O errors.
 var ErrInvalid = errors.New("invalid configuration")
 
@@ -88,6 +95,7 @@ type Config struct {
 	HelperRateLimit            float64        `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
 	NewHostsRate               float64        `koanf:"new_hosts_rate"`    // ours: sightings per second discovery may hand to Temporal, 0 unlimited
 	NewHostsBurst              int            `koanf:"new_hosts_burst"`   // ours: ... at once, beyond the rate
+	HelperEnv                  []string       `koanf:"helper_env"`        // ours: environment variables the helper gets beside HelperBaseEnv
 	RPCTimeout                 string         `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
 	DeferDelay                 string         `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
 	Token                      string         `koanf:"token"`             // provisioning token; stays in worker config, never in history
@@ -385,6 +393,14 @@ func (c *Config) validateHelper() error {
 	}
 	if c.HelperCommand, err = SplitHelper(c.Helper); err != nil {
 		return invalid("helper", "%v", err)
+	}
+	for _, name := range c.HelperEnv {
+		if !envName.MatchString(name) {
+			return invalid("helper_env", "%q is not an environment variable name", name)
+		}
+		if strings.HasPrefix(strings.ToUpper(name), EnvPrefix) {
+			return invalid("helper_env", "%s is the provisioner's own (%s*: its keys and settings), never the helper's", name, EnvPrefix)
+		}
 	}
 	return nil
 }

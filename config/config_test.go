@@ -257,3 +257,15 @@ func TestLocalActivitiesMeansFastMode(t *testing.T) {
 	require.Len(t, cfg.Warnings, 1)
 	require.Contains(t, cfg.Warnings[0], "fast_mode")
 }
+
+// helper_env names more variables for the helper; the provisioner's own are never among them.
+func TestHelperEnv(t *testing.T) {
+	cfg, err := Load(writeConfig(t, "helper_env: [SITE_CMDB_URL, http_proxy]\n"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"SITE_CMDB_URL", "http_proxy"}, cfg.HelperEnv)
+	for _, bad := range []string{"PROVISIONER_CODEC_KEY", "provisioner_temporal__api_key", "NOT-A-NAME", "A=B", ""} {
+		_, err := Load(writeConfig(t, "helper_env: ['"+bad+"']\n"))
+		require.ErrorIs(t, err, ErrInvalid, bad)
+		require.Contains(t, err.Error(), "helper_env", bad)
+	}
+}

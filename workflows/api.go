@@ -20,7 +20,7 @@ import (
 )
 
 // WorkflowName is the registered name of ProvisionHost.
-const WorkflowName = "ProvisionHost"
+const WorkflowName = activities.HostWorkflowType
 
 // StatusQuery returns the workflow's Status.
 const StatusQuery = "status"
@@ -40,7 +40,7 @@ const (
 )
 
 // workflowIDPrefix begins the workflow ID of every host.
-const workflowIDPrefix = "provision:"
+const workflowIDPrefix = activities.HostWorkflowIDPrefix
 
 // WorkflowID is the one workflow ID of a host: it depends on the identity alone, so every replica
 // and every sighting addresses the same workflow.

@@ -132,7 +132,7 @@ func TestIntegrationFaultSIGTERMDrains(t *testing.T) {
 	// the helper runs in flight finished and were recorded: nothing failed or timed out
 	for _, m := range e.stack.Fleet.Members {
 		hist := e.history(m.Identity)
-		require.Empty(t, activityFailures(hist), m.Identity)
+		require.Empty(t, e.activityFailures(hist), m.Identity)
 		for _, ev := range hist {
 			require.Nil(t, ev.GetActivityTaskTimedOutEventAttributes(), "%s: a step timed out instead of draining", m.Identity)
 		}
@@ -191,7 +191,7 @@ func TestIntegrationStaleSightingOfProvisionedHost(t *testing.T) {
 	require.Equal(t, workflows.OutcomeProvisioned, res.Outcome)
 	require.Contains(t, res.Message, "stale sighting")
 	t.Logf("FAULT stale sighting: recognised in %v, %d RPC attempt(s), outcome %s", time.Since(start).Round(100*time.Millisecond),
-		len(activityFailures(e.history(m.Identity))), res.Outcome)
+		len(e.activityFailures(e.history(m.Identity))), res.Outcome)
 	require.Equal(t, []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName}, scheduled(e.history(m.Identity)),
 		"the first reads, scheduled together, and nothing after them")
 	require.True(t, runningProvisioned(m), "the server must be left as it was")

@@ -68,6 +68,9 @@ type floodResult struct {
 // before any queue, and every real host arriving during it is provisioned, once. Its cost is
 // reported against the same arrivals without a flood.
 func TestIntegrationFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs the Temporal dev server, a broker and simulated servers")
+	}
 	flood := floodDuration(t)
 	var base, hostile floodResult
 	t.Run("baseline", func(t *testing.T) { base = runFlood(t, 0) })

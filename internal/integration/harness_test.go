@@ -17,10 +17,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
@@ -36,6 +39,9 @@ type env struct {
 	stack  *devstack.Stack
 	cfg    *config.Config
 	client client.Client
+	// refusals is set by tests that make the worker refuse payloads or tasks; every other test's
+	// replicas must refuse nothing (each of their payloads is the worker's own)
+	refusals bool
 }
 
 type envOptions struct {
@@ -131,8 +137,30 @@ func (e *env) replica(name string, opts service.Options) *service.Service {
 		cancel()
 		e.t.Fatal("provisioner did not start")
 	}
-	e.t.Cleanup(func() { cancel(); <-done })
+	e.t.Cleanup(func() {
+		cancel()
+		<-done
+		if !e.refusals {
+			assert.Zero(e.t, refusedTotal(e.t, svc), "%s refused payloads or tasks of its own runs", name)
+		}
+	})
 	return svc
+}
+
+// refusedTotal is what choria_provisioner_refused_payloads counted, every reason.
+func refusedTotal(t *testing.T, svc *service.Service) float64 {
+	t.Helper()
+	families, err := svc.Registry().Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == "choria_provisioner_refused_payloads" {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
 }
 
 // waitProvisioned waits until every fleet member runs as a normal server on its written config.
@@ -306,11 +334,18 @@ func isCommandEvent(ev *historypb.HistoryEvent) bool {
 		ev.GetWorkflowExecutionContinuedAsNewEventAttributes() != nil
 }
 
-func activityFailures(events []*historypb.HistoryEvent) []string {
+// activityFailures lists the messages of a history's failed activity attempts, decrypted (failure
+// messages are encrypted like payloads).
+func (e *env) activityFailures(events []*historypb.HistoryEvent) []string {
+	e.t.Helper()
+	dc, _, err := service.DataConverter(e.cfg)
+	require.NoError(e.t, err)
 	var out []string
 	for _, ev := range events {
 		if a := ev.GetActivityTaskFailedEventAttributes(); a != nil {
-			out = append(out, a.GetFailure().GetMessage())
+			f := proto.Clone(a.GetFailure()).(*failurepb.Failure)
+			converter.DecodeCommonFailureAttributes(dc, f)
+			out = append(out, f.GetMessage())
 		}
 	}
 	return out

@@ -127,10 +127,10 @@ printf '%%s' "$input" | %[3]s
 		hist := e.history(m.Identity)
 		if m.Identity != flaky {
 			require.Equal(t, fullFlow, scheduled(hist), m.Identity)
-			require.Empty(t, activityFailures(hist), m.Identity)
+			require.Empty(t, e.activityFailures(hist), m.Identity)
 			continue
 		}
-		failures := activityFailures(hist)
+		failures := e.activityFailures(hist)
 		require.Len(t, failures, 2, "%v", failures)
 		require.Contains(t, failures[0], "non-zero status")
 		require.Contains(t, failures[0], "CA unreachable")

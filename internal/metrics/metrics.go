@@ -38,6 +38,8 @@ type Metrics struct {
 	StaleSightings *prometheus.CounterVec
 	// ours: when jwt_signing_token expires (Unix seconds); absent without one that expires
 	SignerExpiry *prometheus.GaugeVec
+	// ours: payloads and tasks the worker refused (not ours, or not for the workflow at hand)
+	RefusedPayloads *prometheus.CounterVec
 	// ours: sightings discovery refused before anything was queued or started, by reason
 	SightingsRefused *prometheus.CounterVec
 }
@@ -72,6 +74,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		EventDiscovered:  counter("event_discovered", "Nodes handed over for provisioning on their lifecycle startup event"),
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
 		SightingsRefused: counter("sightings_refused_total", "Startup events and discovery replies refused before anything was queued or started, by reason", "reason"),
+		RefusedPayloads:  counter("refused_payloads", "Payloads and tasks the worker refused: not encrypted by its key, written for another workflow, or of a workflow that is not a host's", "reason"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
@@ -87,7 +90,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

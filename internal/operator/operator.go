@@ -14,11 +14,13 @@ import (
 	"github.com/choria-io/go-choria/client/choria_provisionclient"
 	"github.com/choria-io/go-choria/inter"
 	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -183,7 +185,7 @@ func (o *Operator) closeReason(ctx context.Context, id, run string) string {
 			return ""
 		}
 		if a := ev.GetWorkflowExecutionFailedEventAttributes(); a != nil {
-			return a.GetFailure().GetMessage()
+			return o.message(a.GetFailure())
 		}
 		if a := ev.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
 			return "terminated: " + a.GetReason()
@@ -194,6 +196,23 @@ func (o *Operator) closeReason(ctx context.Context, id, run string) string {
 	}
 	return ""
 }
+
+// message is a failure's message, decrypted: the provisioner encrypts failure messages and stack
+// traces like payloads (codec.FailureConverter). Without the codec key it says so.
+func (o *Operator) message(f *failurepb.Failure) string {
+	if f.GetEncodedAttributes() == nil || o.DC == nil {
+		return f.GetMessage()
+	}
+	f = proto.Clone(f).(*failurepb.Failure)
+	converter.DecodeCommonFailureAttributes(o.DC, f)
+	if f.GetEncodedAttributes() != nil && f.GetMessage() == encodedFailure {
+		return "(encrypted: reading the reason needs the codec key)"
+	}
+	return f.GetMessage()
+}
+
+// encodedFailure is the message the SDK leaves on a failure whose text it encoded.
+const encodedFailure = "Encoded failure"
 
 // Detail is what `hosts show` prints.
 type Detail struct {
@@ -226,7 +245,7 @@ func (o *Operator) Show(ctx context.Context, identity string) (*Detail, error) {
 		d.Reason = o.closeReason(ctx, id, d.RunID)
 	}
 	for _, pa := range desc.GetPendingActivities() {
-		p := PendingStep{Activity: pa.GetActivityType().GetName(), Attempt: pa.GetAttempt(), LastFailure: pa.GetLastFailure().GetMessage()}
+		p := PendingStep{Activity: pa.GetActivityType().GetName(), Attempt: pa.GetAttempt(), LastFailure: o.message(pa.GetLastFailure())}
 		if t := pa.GetScheduledTime(); t != nil && pa.GetAttempt() > 1 {
 			p.NextAttempt = t.AsTime()
 		}

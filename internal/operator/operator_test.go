@@ -9,7 +9,10 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
+	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -61,4 +64,23 @@ func TestRetryStartsWithTheStartersOptionsNarrowed(t *testing.T) {
 func TestQueryIsTheContracts(t *testing.T) {
 	o := &Operator{TaskQueue: "tq"}
 	require.Equal(t, workflows.HostsQuery{TaskQueue: "tq", Outcome: workflows.OutcomeFailed}.String(), o.Query(Filter{Outcome: workflows.OutcomeFailed}))
+}
+
+// Failure messages are encrypted in history: operators read them with the codec key, and are
+// told what is missing without it.
+func TestFailureReasonsAreDecrypted(t *testing.T) {
+	c, err := codec.New(codec.NewKey())
+	require.NoError(t, err)
+	worker := converter.WithFailureConverterSerializationContext(codec.FailureConverter(codec.DataConverter(c.Worker(nil))),
+		converter.WorkflowSerializationContext{WorkflowID: "provision:n1"})
+	f := worker.ErrorToFailure(temporal.NewNonRetryableApplicationError("step helper: helper exited 1", "ProvisionFailed", nil))
+	require.Equal(t, "Encoded failure", f.GetMessage())
+
+	require.Equal(t, "step helper: helper exited 1", (&Operator{DC: codec.DataConverter(c)}).message(f))
+	other, err := codec.New(codec.NewKey())
+	require.NoError(t, err)
+	require.Contains(t, (&Operator{DC: codec.DataConverter(other)}).message(f), "needs the codec key")
+	require.Equal(t, "Encoded failure", f.GetMessage(), "the event is left as it was")
+	plain := temporal.GetDefaultFailureConverter().ErrorToFailure(temporal.NewApplicationError("timed out", ""))
+	require.Equal(t, "timed out", (&Operator{DC: codec.DataConverter(c)}).message(plain))
 }

@@ -21,14 +21,12 @@ import (
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
-	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -94,27 +92,6 @@ func NewChoriaClientFramework(cfg *config.Config, collective string) (*choria.Fr
 		return nil, fmt.Errorf("choria framework: %w", err)
 	}
 	return fw, nil
-}
-
-// DataConverter returns the payload converter the config asks for: encrypting unless plaintext.
-func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, error) {
-	if cfg.Temporal.Plaintext {
-		return converter.GetDefaultDataConverter(), nil, nil
-	}
-	var keys []string
-	if env := os.Getenv(config.CodecKeyEnv); env != "" {
-		keys = strings.Split(env, ",")
-	} else {
-		var err error
-		if keys, err = codec.LoadKeyFile(cfg.Temporal.CodecKeyFile); err != nil {
-			return nil, nil, err
-		}
-	}
-	c, err := codec.New(keys...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return codec.DataConverter(c), c, nil
 }
 
 // DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
@@ -228,7 +205,12 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		return err
 	}
 	defer stopMetrics()
-	tc, err := dialTemporal(ctx, s.cfg, s.log, mh)
+	// the worker's client reads only payloads of its own key, written for the workflow at hand
+	wdc, err := s.workerDataConverter()
+	if err != nil {
+		return err
+	}
+	tc, err := dialTemporal(ctx, s.cfg, s.log, mh, wdc)
 	if err != nil {
 		return err
 	}

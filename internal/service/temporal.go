@@ -27,14 +27,18 @@ import (
 // connection's error says what is wrong in the configuration's terms: which key, file or
 // server name.
 func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
-	return dialTemporal(ctx, cfg, log, nil)
+	return dialTemporal(ctx, cfg, log, nil, nil)
 }
 
-// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none).
-func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler) (client.Client, error) {
+// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none), with the
+// data converter dc (nil: the operators' one, DataConverter).
+func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler, dc converter.DataConverter) (client.Client, error) {
 	opts, err := ClientOptions(cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if dc != nil {
+		opts.DataConverter, opts.FailureConverter = dc, failureConverter(cfg, dc)
 	}
 	opts.MetricsHandler = mh
 	began := time.Now()
@@ -48,17 +52,19 @@ func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh c
 }
 
 // ClientOptions are the Temporal client options of the configuration: address, namespace,
-// payload codec, TLS and credentials.
+// payload codec (the operators' one: it reads every payload of the codec's keys), TLS and
+// credentials.
 func ClientOptions(cfg *config.Config, log *zap.Logger) (client.Options, error) {
 	dc, _, err := DataConverter(cfg)
 	if err != nil {
 		return client.Options{}, err
 	}
 	opts := client.Options{
-		HostPort:      cfg.Temporal.Address,
-		Namespace:     cfg.Temporal.Namespace,
-		Logger:        logging.NewTemporal(log.Named("temporal")),
-		DataConverter: dc,
+		HostPort:         cfg.Temporal.Address,
+		Namespace:        cfg.Temporal.Namespace,
+		Logger:           logging.NewTemporal(log.Named("temporal")),
+		DataConverter:    dc,
+		FailureConverter: failureConverter(cfg, dc),
 		// No payload is stored outside Temporal, but the SDK still visits every task's and
 		// request's payloads for it, with up to 8 goroutines per message by default: each new
 		// goroutine grew its stack through the visitor's deep recursion (runtime.newstack and
