@@ -31,6 +31,7 @@ import (
 // no helper of the attacker's is asked, nothing is signed, the server is not configured.
 func TestIntegrationForeignInputRefused(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 2})
+	e.refusals = true // this test's runs are refused on purpose
 	svc := e.replica("worker-only", service.Options{Worker: true}) // no discovery: only these runs start
 	victim, other := e.stack.Fleet.Members[0], e.stack.Fleet.Members[1]
 	ctx := context.Background()
@@ -101,6 +102,7 @@ func TestIntegrationForeignInputRefused(t *testing.T) {
 	time.Sleep(2 * time.Second) // what a configure sent would have written by now
 	require.False(t, devstack.Provisioned(victim), "the victim was not configured")
 	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")), "only the host of our own run")
+	require.GreaterOrEqual(t, refusedTotal(t, svc), 3.0, "each refusal counted")
 }
 
 // historyOfRun is one run's history, as the server holds it (payloads not decoded).
