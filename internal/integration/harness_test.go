@@ -80,6 +80,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
+	watchStack(t, stack)
 	if o.helper != nil {
 		stack.Opts.Helper = o.helper(stack)
 		require.NoError(t, stack.RewriteConfig())
@@ -102,6 +103,29 @@ func newEnv(t *testing.T, o envOptions) *env {
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &env{t: t, stack: stack, cfg: cfg, client: c}
+}
+
+// watchStack fails the test when the broker or Temporal ends on its own, at once and with its last
+// output, and logs a fleet server that exits (a shutdown the helper asked for is one), until the
+// test's cleanup.
+func watchStack(t *testing.T, stack *devstack.Stack) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			case e := <-stack.Exits():
+				if e.Essential {
+					t.Errorf("%v", e)
+				} else {
+					t.Logf("%v", e)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-ended })
 }
 
 // provisioner runs one provisioner replica in this process until the test ends.

@@ -83,6 +83,7 @@ type Stack struct {
 	brokerCancel    context.CancelFunc
 	brokerWG        sync.WaitGroup
 	temporalOpts    TemporalOptions
+	exits           chan ChildExit
 }
 
 // StartStack brings up Temporal and the broker, writes the provisioner's configuration, and
@@ -107,7 +108,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		}
 		o.UIPort = p
 	}
-	s := &Stack{Opts: o, TaskQueue: o.TaskQueue, TemporalAddress: o.TemporalAddress}
+	s := &Stack{Opts: o, TaskQueue: o.TaskQueue, TemporalAddress: o.TemporalAddress, exits: make(chan ChildExit, 64)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	brokerPort, err := FreePort()
@@ -116,8 +117,10 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	credsDir := filepath.Join(o.Dir, "credentials")
 	// the provisioning JWT names the broker URL; a reused state directory keeps its port
+	movable := true
 	if b, err := os.ReadFile(filepath.Join(credsDir, "broker.port")); err == nil {
 		fmt.Sscanf(string(b), "%d", &brokerPort)
+		movable = false
 	}
 	if o.Mode == ModePKI {
 		s.Creds, err = CreatePKICredentials(credsDir, fmt.Sprintf("nats://127.0.0.1:%d", brokerPort))
@@ -142,6 +145,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		if err != nil {
 			return nil, err
 		}
+		go s.watchTemporal(s.Temporal)
 		s.TemporalAddress = s.Temporal.FrontendHostPort()
 		// RestartTemporal comes back on the same port
 		_, port, _ := net.SplitHostPort(s.TemporalAddress)
@@ -149,12 +153,12 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		s.Opts.TemporalPort = s.temporalOpts.Port
 	}
 
-	if err := s.startBroker(brokerPort); err != nil {
+	if err := s.startBroker(brokerPort, movable); err != nil {
 		s.Stop()
 		return nil, err
 	}
 
-	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix}
+	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix, OnExit: s.report}
 	if o.Failing > 0 {
 		for i := range o.Failing {
 			s.Refused = append(s.Refused, s.Fleet.Identity(i))
@@ -195,24 +199,13 @@ func (s *Stack) writeProvisionerConfig() error {
 	return nil
 }
 
-func (s *Stack) startBroker(port int) error {
-	bctx, cancel := context.WithCancel(s.ctx)
-	b, err := StartBroker(bctx, &s.brokerWG, s.Opts.Dir, "127.0.0.1", port, s.Creds, "warn", filepath.Join(s.Opts.Dir, "broker.log"))
-	if err != nil {
-		cancel()
-		return err
-	}
-	s.Broker, s.brokerCancel = b, cancel
-	return nil
-}
-
 // RestartBroker stops the broker, waits down, and starts it again on the same port (fault tests).
 func (s *Stack) RestartBroker(down time.Duration) error {
 	port := s.Broker.Port
 	s.brokerCancel()
 	s.brokerWG.Wait()
 	time.Sleep(down)
-	return s.startBroker(port)
+	return s.startBroker(port, false)
 }
 
 // RestartTemporal stops the stack's own Temporal dev server and starts it again on the same port
@@ -230,6 +223,7 @@ func (s *Stack) RestartTemporal(ctx context.Context, down time.Duration) error {
 		return err
 	}
 	s.Temporal = srv
+	go s.watchTemporal(srv)
 	return nil
 }
 
