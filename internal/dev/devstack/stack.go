@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/dev/faultproxy"
 )
 
 // StackOptions describe a local provisioning network.
@@ -58,6 +59,10 @@ type StackOptions struct {
 	// Failing makes the example helper refuse the first Failing servers of the fleet until
 	// Stack.FixFile exists (the failed-hosts demo; ignored with a Helper of one's own).
 	Failing int
+	// FaultProxies puts a fault proxy between the provisioner and the broker and another between
+	// the provisioner and Temporal (Stack.BrokerProxy, Stack.TemporalProxy): the provisioner's
+	// configuration names them, while the fleet and the stack's own clients connect directly.
+	FaultProxies bool
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
@@ -67,6 +72,8 @@ type Stack struct {
 	Temporal        *DevServer // nil when StackOptions.TemporalAddress was given
 	TemporalAddress string
 	Broker          *Broker
+	BrokerProxy     *faultproxy.Proxy // with FaultProxies: the provisioner's way to the broker
+	TemporalProxy   *faultproxy.Proxy // with FaultProxies: the provisioner's way to Temporal
 	Creds           *Credentials
 	Fleet           *Fleet
 	ConfigFile      string // provisioner YAML
@@ -158,6 +165,13 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		return nil, err
 	}
 
+	if o.FaultProxies {
+		if err := s.startProxies(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+
 	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix, OnExit: s.report}
 	if o.Failing > 0 {
 		for i := range o.Failing {
@@ -178,16 +192,42 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	return s, nil
 }
 
+// startProxies starts the fault proxies to the broker and Temporal; they outlive restarts of
+// either, which come back on the same ports.
+func (s *Stack) startProxies() error {
+	var err error
+	if s.BrokerProxy, err = faultproxy.Start("broker", fmt.Sprintf("127.0.0.1:%d", s.Broker.Port)); err != nil {
+		return err
+	}
+	s.TemporalProxy, err = faultproxy.Start("temporal", s.TemporalAddress)
+	return err
+}
+
+// provisionerBroker and provisionerTemporal are the addresses the provisioner is configured with.
+func (s *Stack) provisionerBroker() string {
+	if s.BrokerProxy != nil {
+		return "nats://" + s.BrokerProxy.Addr
+	}
+	return s.Broker.URL
+}
+
+func (s *Stack) provisionerTemporal() string {
+	if s.TemporalProxy != nil {
+		return s.TemporalProxy.Addr
+	}
+	return s.TemporalAddress
+}
+
 func (s *Stack) writeProvisionerConfig() error {
 	helper := s.Opts.Helper
 	if helper == "" {
-		helper = ExampleHelperCommand(s.Opts.Self, s.Broker.URL, s.Creds)
+		helper = ExampleHelperCommand(s.Opts.Self, s.provisionerBroker(), s.Creds)
 		if len(s.Refused) > 0 {
 			helper += fmt.Sprintf(" --refuse %s --fix-file %s", strings.Join(s.Refused, ","), s.FixFile)
 		}
 	}
 	files, err := WriteSiteFiles(s.Creds, SiteOptions{
-		Dir: s.Opts.Dir, BrokerURL: s.Broker.URL, TemporalAddress: s.TemporalAddress, TaskQueue: s.TaskQueue,
+		Dir: s.Opts.Dir, BrokerURL: s.provisionerBroker(), TemporalAddress: s.provisionerTemporal(), TaskQueue: s.TaskQueue,
 		Helper: helper, Interval: s.Opts.Interval, DeferDelay: s.Opts.DeferDelay, LogLevel: s.Opts.LogLevel,
 		LogFile: filepath.Join(s.Opts.Dir, "provisioner.log"), MonitorPort: s.Opts.MonitorPort, MonitorAddress: "127.0.0.1",
 		TemporalNamespace: s.Opts.TemporalNamespace, TemporalTLS: s.Opts.TemporalTLS, TemporalAPIKeyFile: s.Opts.TemporalAPIKeyFile,
@@ -242,6 +282,11 @@ func (s *Stack) Stop() {
 		s.Fleet.Stop(5 * time.Second)
 	}
 	s.cancel()
+	for _, p := range []*faultproxy.Proxy{s.BrokerProxy, s.TemporalProxy} {
+		if p != nil {
+			p.Stop()
+		}
+	}
 	s.wg.Wait()
 	s.brokerWG.Wait()
 	if s.Temporal != nil {
