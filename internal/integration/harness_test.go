@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ type env struct {
 	stack  *devstack.Stack
 	cfg    *config.Config
 	client client.Client
+	simErr atomic.Pointer[string] // a fleet-sim process that exited before the test's end: why
 }
 
 type envOptions struct {
@@ -51,6 +53,7 @@ type envOptions struct {
 	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
 	failing           int                                       // the example helper refuses the first n servers (devstack.StackOptions.Failing)
 	uiCodecEndpoint   string                                    // the Web UI decodes through this codec server
+	faults            bool                                      // fault proxies between the provisioner and the broker and Temporal
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -66,7 +69,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts := devstack.StackOptions{
 		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
-		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint,
+		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint, FaultProxies: o.faults,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()
@@ -99,7 +102,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	cfg, err := config.Load(stack.ConfigFile)
 	require.NoError(t, err)
-	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
+	// the test's own client goes straight to Temporal, past any fault proxy
+	direct := *cfg
+	direct.Temporal.Address = stack.TemporalAddress
+	c, err := service.DialTemporal(ctx, &direct, zap.NewNop())
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &env{t: t, stack: stack, cfg: cfg, client: c}

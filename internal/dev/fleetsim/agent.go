@@ -548,6 +548,7 @@ func (f *Fleet) restart(h *Host, splay time.Duration, configured bool) {
 	if !h.beginRestart() {
 		return
 	}
+	f.changed()
 	f.event(h, lifecycle.Shutdown, provisionComponent)
 	if f.opts.NoRestartSplay {
 		splay = 0

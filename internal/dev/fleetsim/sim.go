@@ -390,8 +390,10 @@ type HostState struct {
 	// Credentials counts the configure calls that wrote credentials (server JWT, certificate)
 	// other than the ones written before: 1 for a host provisioned once, or configured again by
 	// a retry of the same step; 2 or more for one configured twice with different credentials.
-	Credentials int32  `json:"credentials"`
-	Restarted   bool   `json:"restarted"`
+	Credentials int32 `json:"credentials"`
+	Restarted   bool  `json:"restarted"`
+	// Restarting: a restart was accepted and the host has not left provisioning mode yet
+	Restarting  bool   `json:"restarting,omitempty"`
 	ServerJWT   bool   `json:"server_jwt"`
 	Provision   string `json:"provision"` // the written plugin.choria.server.provision
 	CertCN      string `json:"cert_cn,omitempty"`
@@ -421,7 +423,7 @@ func (f *Fleet) WriteStatus(file string) error {
 	st := Status{Hosts: map[string]HostState{}, Replies: f.Replies.Load()}
 	for _, h := range f.order {
 		h.mu.Lock()
-		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Credentials: h.Credentials.Load(), Restarted: h.Restarted.Load(),
+		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Credentials: h.Credentials.Load(), Restarted: h.Restarted.Load(), Restarting: h.restarting && !h.Restarted.Load(),
 			ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"], CertCN: h.CertCN, KeyReceived: h.KeyReceived,
 			Version: h.version, Updates: h.Updates.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt,
 			Flaky: h.flaky, HealthyAt: h.flakyUntil}
