@@ -25,13 +25,14 @@ import (
 // provisioned more than once, and the time to recover; docs/reliability.md holds the results.
 
 // processProvisioner runs `choria-provisioner run` as its own process, so it can be killed.
-func (e *env) processProvisioner(name string) *exec.Cmd {
+// env is extra KEY=VALUE environment (PROVISIONER_* overrides of the configuration).
+func (e *env) processProvisioner(name string, env ...string) *exec.Cmd {
 	e.t.Helper()
 	cmd := exec.Command(selfBinary, "run", "--config", e.stack.ConfigFile)
 	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, name+".out"))
 	require.NoError(e.t, err)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, name+".log"))
+	cmd.Env = append(append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, name+".log")), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(e.t, cmd.Start())
 	e.t.Cleanup(func() {

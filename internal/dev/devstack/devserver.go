@@ -80,6 +80,9 @@ func (s *DevServer) Client() client.Client { return s.client }
 // FrontendHostPort is the server's gRPC address.
 func (s *DevServer) FrontendHostPort() string { return s.hostPort }
 
+// PID is the server's process ID.
+func (s *DevServer) PID() int { return s.cmd.Process.Pid }
+
 // Exited is closed when the server process has ended.
 func (s *DevServer) Exited() <-chan struct{} { return s.exited }
 
