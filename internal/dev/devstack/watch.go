@@ -71,7 +71,11 @@ func (s *Stack) startBroker(port int, movable bool) error {
 			return nil
 		}
 		cancel()
-		if !errors.Is(err, ErrPortInUse) || !movable || try == 2 {
+		if errors.Is(err, ErrPortInUse) && !movable {
+			return fmt.Errorf("%w (the servers know this port: it is kept in %s; free it, or start with a new state directory)",
+				err, filepath.Join(s.Opts.Dir, "credentials", "broker.port"))
+		}
+		if !errors.Is(err, ErrPortInUse) || try == 2 {
 			return err
 		}
 		if port, err = FreePort(); err != nil {
