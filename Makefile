@@ -23,7 +23,7 @@ PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build binaries tools package run test test-monitoring test-chart test-compose test-unit test-integration test-faults test-faults-scale lint compose-check bench bench-small-fleet clean
+.PHONY: all deps build binaries tools package run test test-monitoring test-chart test-compose test-unit test-integration test-faults test-faults-scale test-faults-full test-faults-slow test-faults-postgres test-soak lint compose-check bench bench-small-fleet clean
 
 all: build
 
@@ -145,6 +145,27 @@ test-faults-scale: deps tools
 ## test-faults: the fault scenarios alone (they also run in make test); results: docs/reliability.md
 test-faults: deps tools
 	$(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFault' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT' 
+
+FAULTS_GREP := grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|Error|Messages'
+
+## test-faults-full: the compound scenario on 2,000 simulated hosts, the partitions, kill during
+## restart and fast-mode scenarios at full size (make test runs them smaller); COMPOUND_HOSTS=10000
+test-faults-full: deps tools
+	FAULTS_COMPOUND_HOSTS=$(or $(COMPOUND_HOSTS),2000) FAULTS_PARTITION_HOSTS=500 FAULTS_RESTART_HOSTS=1000 FAULTS_FAST_HOSTS=1000 \
+		$(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFault(Compound|Partitions|KillDuringRestart|FastModeKillAfterConfigure)$$' ./internal/integration/ 2>&1 | $(FAULTS_GREP)
+
+## test-faults-slow: 300 ms ± 200 ms on every reply from the broker and Temporal during a
+## 1,000-host burst, against the same burst without (SLOW_HOSTS=...)
+test-faults-slow: deps tools
+	FAULTS_SLOW=1 FAULTS_SLOW_HOSTS=$(or $(SLOW_HOSTS),1000) $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultSlowLinks$$' ./internal/integration/ 2>&1 | $(FAULTS_GREP)
+
+## test-faults-postgres: PostgreSQL restarted under load in the production shape (PG_HOSTS=500)
+test-faults-postgres: deps tools
+	FAULTS_POSTGRES=1 FAULTS_POSTGRES_HOSTS=$(or $(PG_HOSTS),500) $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultPostgresRestart$$' ./internal/integration/ 2>&1 | $(FAULTS_GREP)
+
+## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m); RSS and goroutine slopes
+test-soak: deps tools
+	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak \+|Error|Messages'
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
 compose-check:

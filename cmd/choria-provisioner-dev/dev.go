@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -167,12 +168,45 @@ func (d *devCommand) run(ctx context.Context) error {
 	}
 	fmt.Print("\nPress Ctrl-C to stop everything.\n")
 
+	ctx, failed := context.WithCancelCause(ctx)
+	defer failed(nil)
+	go watchStack(ctx, stack, failed)
 	go reportProgress(ctx, stack, started, log)
 	if d.noProvisioner {
 		<-ctx.Done()
-		return nil
+		return stackFailure(ctx)
 	}
-	return svc.Run(ctx, nil)
+	if err := svc.Run(ctx, nil); err != nil {
+		return err
+	}
+	return stackFailure(ctx)
+}
+
+// watchStack prints every child of the stack that ends on its own, at once, and ends the dev
+// command when the stack cannot go on without it (a benchmark waiting for the stack sees the
+// process exit instead of waiting out its timeout).
+func watchStack(ctx context.Context, stack *devstack.Stack, failed context.CancelCauseFunc) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-stack.Exits():
+			fmt.Fprintln(os.Stderr, e.Error())
+			if e.Essential {
+				failed(e)
+				return
+			}
+		}
+	}
+}
+
+// stackFailure is the child exit that ended the command, if one did.
+func stackFailure(ctx context.Context) error {
+	var e devstack.ChildExit
+	if errors.As(context.Cause(ctx), &e) {
+		return e
+	}
+	return nil
 }
 
 // reportProgress prints once when every demo server has been provisioned (with --failing, also

@@ -13,9 +13,10 @@ import (
 // fleetSimCommand runs many simulated servers in provisioning mode in one process. It must run in
 // a process of its own: go-choria keeps process-wide state that a provisioner beside it tramples.
 type fleetSimCommand struct {
-	opts   fleetsim.Options
-	rate   float64
-	status string
+	opts       fleetsim.Options
+	rate       float64
+	status     string
+	replyDelay map[string]string
 }
 
 func (f *fleetSimCommand) register(app *fisk.Application) {
@@ -39,9 +40,21 @@ func (f *fleetSimCommand) register(app *fisk.Application) {
 	cmd.Flag("no-restart-splay", "Restart at once instead of after go-choria's 2-11 s splay").UnNegatableBoolVar(&f.opts.NoRestartSplay)
 	cmd.Flag("go-choria-wire", "Read and write protocol v2 messages with go-choria's constructors, compiling its JSON schemas for every message as a server does (~5x the CPU)").UnNegatableBoolVar(&f.opts.GoChoriaWire)
 	cmd.Flag("status", "Write the fleet's state to this file every 500 ms").StringVar(&f.status)
+	f.replyDelay = map[string]string{} // fisk adds to the map it is given
+	cmd.Flag("reply-delay", "ACTION=DURATION: hold the reply of that choria_provision action this long after it took effect (repeatable; fault tests)").StringMapVar(&f.replyDelay)
 }
 
 func (f *fleetSimCommand) run(ctx context.Context) error {
+	for action, v := range f.replyDelay {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("--reply-delay %s=%s: %w", action, v, err)
+		}
+		if f.opts.ReplyDelay == nil {
+			f.opts.ReplyDelay = map[string]time.Duration{}
+		}
+		f.opts.ReplyDelay[action] = d
+	}
 	sim, err := fleetsim.Start(ctx, f.opts, f.rate)
 	if err != nil {
 		return err

@@ -7,7 +7,8 @@ import (
 )
 
 // The product binary links none of the development scaffolding: the dev stack, the simulator,
-// the benchmark and the SDK's test suite belong to choria-provisioner-dev.
+// the benchmark, the fault proxy (toxiproxy) and the SDK's test suite belong to
+// choria-provisioner-dev and the tests.
 func TestProductLinksNoScaffolding(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
@@ -18,7 +19,7 @@ func TestProductLinksNoScaffolding(t *testing.T) {
 		t.Fatalf("go list -deps listed only %d packages: %s", len(deps), out)
 	}
 	for _, p := range deps {
-		if strings.Contains(p, "/internal/dev/") || p == "go.temporal.io/sdk/testsuite" {
+		if strings.Contains(p, "/internal/dev/") || p == "go.temporal.io/sdk/testsuite" || strings.HasPrefix(p, "github.com/Shopify/toxiproxy") {
 			t.Errorf("choria-provisioner links %s", p)
 		}
 	}

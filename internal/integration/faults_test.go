@@ -22,8 +22,8 @@ import (
 // Fault scenarios (make test-faults runs only these). Each reports hosts provisioned, lost and
 // provisioned more than once, and the time to recover; docs/reliability.md holds the results.
 
-// processProvisioner runs `choria-provisioner run` as its own process, so it can be killed (and
-// measured), with env added to the test's environment (PROVISIONER_* overrides).
+// processProvisioner runs `choria-provisioner run` as its own process, so it can be killed.
+// env is extra KEY=VALUE environment (PROVISIONER_* overrides of the configuration).
 func (e *env) processProvisioner(name string, env ...string) *exec.Cmd {
 	e.t.Helper()
 	cmd := exec.Command(selfBinary, "run", "--config", e.stack.ConfigFile)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,15 +19,33 @@ import (
 // startFleetSim runs `choria-provisioner fleet-sim` in its own process against the test's broker.
 func (e *env) startFleetSim(count int, args ...string) func() fleetsim.Status {
 	e.t.Helper()
-	status := filepath.Join(e.stack.Opts.Dir, "fleetsim.json")
+	return e.startFleetSimAs("fleetsim", count, args...)
+}
+
+// startFleetSimAs is startFleetSim for one of several simulators of a test, each with its own
+// status and output files named after it.
+func (e *env) startFleetSimAs(name string, count int, args ...string) func() fleetsim.Status {
+	e.t.Helper()
+	status := filepath.Join(e.stack.Opts.Dir, name+".json")
 	cmd := exec.Command(devBinary, append([]string{"fleet-sim", "--broker", e.stack.Broker.URL, "--provisioning-jwt", e.stack.Creds.ProvisioningJWT,
 		"--token", e.stack.Creds.Token, "--count", fmt.Sprint(count), "--status", status}, args...)...)
-	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, "fleetsim.out"))
+	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, name+".out"))
 	require.NoError(e.t, err)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(e.t, cmd.Start())
-	e.t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait(); out.Close() })
+	exited, stopping := make(chan struct{}), atomic.Bool{}
+	go func() {
+		err := cmd.Wait()
+		out.Close()
+		if !stopping.Load() {
+			b, _ := os.ReadFile(filepath.Join(e.stack.Opts.Dir, name+".out"))
+			why := fmt.Sprintf("fleet-sim %s exited: %v; its output: %s", name, err, b)
+			e.simErr.CompareAndSwap(nil, &why)
+		}
+		close(exited)
+	}()
+	e.t.Cleanup(func() { stopping.Store(true); _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-exited })
 	return func() fleetsim.Status {
 		var st fleetsim.Status
 		b, err := os.ReadFile(status)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ type env struct {
 	// refusals is set by tests that make the worker refuse payloads or tasks; every other test's
 	// replicas must refuse nothing (each of their payloads is the worker's own)
 	refusals bool
+	simErr atomic.Pointer[string] // a fleet-sim process that exited before the test's end: why
 }
 
 type envOptions struct {
@@ -57,6 +59,7 @@ type envOptions struct {
 	prepare           func(t *testing.T, stack *devstack.Stack) // last change to the site's files before the config is loaded
 	failing           int                                       // the example helper refuses the first n servers (devstack.StackOptions.Failing)
 	uiCodecEndpoint   string                                    // the Web UI decodes through this codec server
+	faults            bool                                      // fault proxies between the provisioner and the broker and Temporal
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -72,7 +75,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts := devstack.StackOptions{
 		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
-		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint,
+		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint, FaultProxies: o.faults,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()
@@ -86,6 +89,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	stack, err := devstack.StartStack(ctx, opts)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
+	watchStack(t, stack)
 	if o.helper != nil {
 		stack.Opts.Helper = o.helper(stack)
 		require.NoError(t, stack.RewriteConfig())
@@ -104,10 +108,36 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	cfg, err := config.Load(stack.ConfigFile)
 	require.NoError(t, err)
-	c, err := service.DialTemporal(ctx, cfg, zap.NewNop())
+	// the test's own client goes straight to Temporal, past any fault proxy
+	direct := *cfg
+	direct.Temporal.Address = stack.TemporalAddress
+	c, err := service.DialTemporal(ctx, &direct, zap.NewNop())
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return &env{t: t, stack: stack, cfg: cfg, client: c}
+}
+
+// watchStack fails the test when the broker or Temporal ends on its own, at once and with its last
+// output, and logs a fleet server that exits (a shutdown the helper asked for is one), until the
+// test's cleanup.
+func watchStack(t *testing.T, stack *devstack.Stack) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			case e := <-stack.Exits():
+				if e.Essential {
+					t.Errorf("%v", e)
+				} else {
+					t.Logf("%v", e)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-ended })
 }
 
 // provisioner runs one provisioner replica in this process until the test ends.

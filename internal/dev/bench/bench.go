@@ -203,12 +203,12 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	devArgs := append([]string{"dev", "--dir", dir, "--servers", "0", "--ui-port", "0", "--temporal-port", strconv.Itoa(tport),
 		"--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--temporal-metrics-port", strconv.Itoa(ports[3]), "--no-provisioner"}, benchDevArgs()...)
 	devArgs = append(devArgs, sc.DevArgs...)
-	dev, err := start(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, devArgs...)
+	dev, devExited, err := startWatched(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, devArgs...)
 	if err != nil {
 		return nil, err
 	}
 	defer stop(dev)
-	if err := waitFor(ctx, 90*time.Second, func() bool { return fileContains(filepath.Join(dir, "dev.out"), "Press Ctrl-C") }); err != nil {
+	if err := waitStarted(ctx, 90*time.Second, devExited, filepath.Join(dir, "dev.out"), func() bool { return fileContains(filepath.Join(dir, "dev.out"), "Press Ctrl-C") }); err != nil {
 		return nil, fmt.Errorf("dev stack did not start: %w (see %s/dev.out)", err, dir)
 	}
 	temporalPID, err := findPID(fmt.Sprintf("--port %d", tport), "start-dev")
@@ -476,9 +476,16 @@ func fleetCredentials(dir, conf string) (broker, token, provJWT string, err erro
 }
 
 func start(ctx context.Context, out string, env []string, bin string, args ...string) (*exec.Cmd, error) {
+	cmd, _, err := startWatched(ctx, out, env, bin, args...)
+	return cmd, err
+}
+
+// startWatched starts a process whose output goes to the file out; the channel is closed when it
+// has ended.
+func startWatched(ctx context.Context, out string, env []string, bin string, args ...string) (*exec.Cmd, <-chan struct{}, error) {
 	f, err := os.Create(out)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -486,10 +493,34 @@ func start(ctx context.Context, out string, env []string, bin string, args ...st
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	go func() { _ = cmd.Wait(); f.Close() }()
-	return cmd, nil
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(exited) }()
+	return cmd, exited, nil
+}
+
+// waitStarted waits until ok holds for a process started by startWatched; one that exits first
+// is reported at once with the end of its output file, instead of after the timeout.
+func waitStarted(ctx context.Context, d time.Duration, exited <-chan struct{}, out string, ok func() bool) error {
+	gone := false
+	err := waitFor(ctx, d, func() bool {
+		select {
+		case <-exited:
+			gone = true
+			return true
+		default:
+			return ok()
+		}
+	})
+	if err != nil || !gone || ok() {
+		return err
+	}
+	b, _ := os.ReadFile(out)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return fmt.Errorf("it exited; its last output: %q", strings.TrimSpace(string(b)))
 }
 
 // stop interrupts a process group and kills it if it lingers.

@@ -97,14 +97,14 @@ func smallFleetOnce(ctx context.Context, o SmallFleetOptions, t SmallFleetTarget
 	if err != nil {
 		return 0, err
 	}
-	dev, err := start(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, append([]string{"dev", "--dir", dir, "--servers", strconv.Itoa(o.Servers),
+	dev, devExited, err := startWatched(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, append([]string{"dev", "--dir", dir, "--servers", strconv.Itoa(o.Servers),
 		"--ui-port", "0", "--temporal-port", strconv.Itoa(ports[0]), "--monitor-port", strconv.Itoa(ports[1]),
 		"--codec-port", strconv.Itoa(ports[2]), "--no-provisioner"}, o.DevArgs...)...)
 	if err != nil {
 		return 0, err
 	}
 	defer stop(dev)
-	if err := waitFor(ctx, 90*time.Second, func() bool { return fileContains(filepath.Join(dir, "dev.out"), "Press Ctrl-C") }); err != nil {
+	if err := waitStarted(ctx, 90*time.Second, devExited, filepath.Join(dir, "dev.out"), func() bool { return fileContains(filepath.Join(dir, "dev.out"), "Press Ctrl-C") }); err != nil {
 		return 0, fmt.Errorf("dev stack did not start: %w (see %s/dev.out)", err, dir)
 	}
 	conf := filepath.Join(dir, "provisioner.yaml")

@@ -2,10 +2,13 @@ package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,7 +24,14 @@ type Broker struct {
 	StatsPort int
 	URL       string
 	srv       *network.Server
+	out       *tailWriter   // its last log lines
+	exited    chan struct{} // closed when the broker stopped or hit a fatal error
+	once      sync.Once
+	err       error // why it ended, set before exited is closed; nil when its context ended it
 }
+
+// ErrPortInUse is a broker that lost its port to another process between choosing and binding it.
+var ErrPortInUse = errors.New("the broker's port was taken by another process")
 
 // FreePort asks the kernel for an unused loopback TCP port.
 func FreePort() (int, error) {
@@ -36,7 +46,9 @@ func FreePort() (int, error) {
 // StartBroker writes a broker config into dir and starts the broker; it stops when ctx ends.
 // The broker may share the dev process with the provisioner: it is a NATS server, not a Choria
 // server instance, and keeps none of the process-wide provisioning state.
-// listen is 127.0.0.1 everywhere but in containers.
+// listen is 127.0.0.1 everywhere but in containers. A broker that fails to bind its port returns
+// at once with its last output (an error wrapping ErrPortInUse when the port was taken); one that
+// fails later closes Exited.
 func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, listen string, port int, creds *Credentials, logLevel string, logFile string) (*Broker, error) {
 	statsPort, err := FreePort()
 	if err != nil {
@@ -45,7 +57,6 @@ func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, listen str
 	cfgFile := filepath.Join(dir, "broker.conf")
 	cfg := fmt.Sprintf(`identity = broker.local
 loglevel = %s
-logfile = %s
 plugin.choria.broker_network = true
 plugin.choria.network.listen_address = %s
 plugin.choria.network.client_port = %d
@@ -54,50 +65,115 @@ plugin.choria.stats_address = 127.0.0.1
 plugin.choria.stats_port = %d
 %splugin.choria.network.provisioning.client_password = %s
 plugin.choria.use_srv = false
-`, logLevel, logFile, listen, port, statsPort, creds.BrokerSecurity(), creds.ProvisioningPassword)
+`, logLevel, listen, port, statsPort, creds.BrokerSecurity(), creds.ProvisioningPassword)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-
 	bcfg, err := config.NewSystemConfig(cfgFile, true)
 	if err != nil {
 		return nil, fmt.Errorf("broker config: %w", err)
 	}
-	if logFile == "" {
-		l := logrus.New()
-		l.SetLevel(logrus.WarnLevel)
-		bcfg.CustomLogger = l
+	b := &Broker{Port: port, StatsPort: statsPort, URL: fmt.Sprintf("nats://127.0.0.1:%d", port), out: &tailWriter{max: 4096}, exited: make(chan struct{})}
+	logger, closeLog, err := b.logger(logLevel, logFile)
+	if err != nil {
+		return nil, err
 	}
+	bcfg.CustomLogger = logger
 	fw, err := choria.NewWithConfig(bcfg)
 	if err != nil {
+		closeLog()
 		return nil, fmt.Errorf("broker framework: %w", err)
 	}
-	srv, err := network.NewServer(fw, fw.BuildInfo(), false)
-	if err != nil {
+	if b.srv, err = network.NewServer(fw, fw.BuildInfo(), false); err != nil {
+		closeLog()
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	running := &sync.WaitGroup{}
+	running.Add(1)
+	go b.srv.Start(ctx, running)
+	go func() {
+		running.Wait()
+		closeLog()
+		b.end(ctx, errors.New("the broker stopped"))
+	}()
+	if err := b.waitListening(ctx, 20*time.Second); err != nil {
+		return nil, err
+	}
+	// the caller waits for a broker that started; one that failed ends by itself (go-choria
+	// waits a minute for a listener that will never come)
 	wg.Add(1)
-	go srv.Start(ctx, wg)
-
-	b := &Broker{Port: port, StatsPort: statsPort, URL: fmt.Sprintf("nats://127.0.0.1:%d", port), srv: srv}
-	return b, waitForPort(ctx, port, 20*time.Second)
+	go func() { running.Wait(); wg.Done() }()
+	return b, nil
 }
 
-func waitForPort(ctx context.Context, port int, timeout time.Duration) error {
+// logger is the broker's own logger, to logFile (else its warnings to stderr) and its tail. go-choria's
+// would exit the whole process on the NATS server's fatal errors (a port it cannot bind): this
+// one records the error and ends the broker alone.
+func (b *Broker) logger(level, file string) (*logrus.Logger, func(), error) {
+	l := logrus.New()
+	if lv, err := logrus.ParseLevel(level); err == nil {
+		l.SetLevel(lv)
+	}
+	out, closeLog := io.Writer(os.Stderr), func() {}
+	if file == "" {
+		l.SetLevel(logrus.WarnLevel) // a broker of its own (compose) logs what goes wrong
+	} else {
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, closeLog = f, func() { _ = f.Close() }
+	}
+	l.SetOutput(io.MultiWriter(out, b.out))
+	l.ExitFunc = func(code int) { b.end(context.Background(), fmt.Errorf("fatal error (exit %d)", code)) }
+	return l, closeLog, nil
+}
+
+// end records why the broker ended, once; a broker whose context ended was stopped on purpose.
+func (b *Broker) end(ctx context.Context, why error) {
+	b.once.Do(func() {
+		if ctx.Err() == nil {
+			b.err = fmt.Errorf("%w; its last output: %q", why, b.out.String())
+			if strings.Contains(b.out.String(), "address already in use") {
+				b.err = fmt.Errorf("%w: %w", ErrPortInUse, b.err)
+			}
+		}
+		close(b.exited)
+	})
+}
+
+// waitListening waits until the NATS server is ready for connections. Not a dial of the port:
+// another process holding the port would answer it.
+func (b *Broker) waitListening(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("port %d did not open within %v: %w", port, timeout, err)
-		}
+	for !b.srv.Started() {
 		select {
+		case <-b.exited:
+			if b.Err() == nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("broker on port %d: %w", b.Port, b.Err())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("broker on port %d not ready within %v; its last output: %q", b.Port, timeout, b.out.String())
+		}
+	}
+	return nil
+}
+
+// Exited is closed when the broker has ended: stopped by its context, or failed (Err).
+func (b *Broker) Exited() <-chan struct{} { return b.exited }
+
+// Err is why the broker ended, with its last output; nil while it runs or when its context
+// stopped it.
+func (b *Broker) Err() error {
+	select {
+	case <-b.exited:
+		return b.err
+	default:
+		return nil
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/choria-io/tokens"
@@ -140,17 +141,40 @@ func LoadOrCreateCredentials(dir string, brokerURL string, brokerHosts ...string
 		return nil, err
 	}
 
-	prov, err := tokens.NewProvisioningClaims(true, true, c.Token, "", "", []string{brokerURL}, "", "", "", "choria", "", 5*365*24*time.Hour)
+	return c, c.SetBrokerURL(brokerURL)
+}
+
+// SetBrokerURL signs the provisioning JWT again for a broker at brokerURL: the servers find the
+// broker through it, so a broker that lost its port to another process and moved to a new one
+// needs a new JWT before any server starts.
+func (c *Credentials) SetBrokerURL(brokerURL string) error {
+	prov, err := tokens.NewProvisioningClaims(c.Mode != ModePKI, true, c.Token, "", "", []string{brokerURL}, "", "", "", "choria", "", 5*365*24*time.Hour)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	prov.AllowUpdate = true // servers accept release_update (only with the provisioning token)
+	if c.Mode == ModePKI {
+		// protocol v1, insecure provisioning as Choria does it, signed by the RSA signer
+		signer, err := readRSAKey(c.PKI.SignerKey)
+		if err != nil {
+			return err
+		}
+		signed, err := tokens.SignToken(prov, signer)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(c.ProvisioningJWT, []byte(signed), 0o600)
 	}
 	prov.ProtoV2 = true
-	prov.AllowUpdate = true // servers accept release_update (only with the provisioning token)
-	if err := signTo(prov, issuerPri, c.ProvisioningJWT); err != nil {
-		return nil, err
+	seed, err := os.ReadFile(c.IssuerSeed)
+	if err != nil {
+		return err
 	}
-
-	return c, nil
+	raw, err := hex.DecodeString(strings.TrimSpace(string(seed)))
+	if err != nil || len(raw) != ed25519.SeedSize {
+		return fmt.Errorf("%s holds no ed25519 seed", c.IssuerSeed)
+	}
+	return signTo(prov, ed25519.NewKeyFromSeed(raw), c.ProvisioningJWT)
 }
 
 func (c *Credentials) loadSecrets(file string) error {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,8 +22,10 @@ type DevServer struct {
 	cmd      *exec.Cmd
 	client   client.Client
 	hostPort string
+	tail     *tailWriter // its last output
 	exited   chan struct{}
 	waitErr  error // the process's exit, set before exited is closed
+	stopping atomic.Bool
 }
 
 // devServerProcess describes one dev server process to start.
@@ -31,6 +34,7 @@ type devServerProcess struct {
 	args   []string // after "server start-dev"
 	env    []string // KEY=VALUE on top of this process's environment
 	out    io.Writer
+	tail   *tailWriter // also written to out
 	client client.Options
 }
 
@@ -43,7 +47,7 @@ func startDevServer(ctx context.Context, p devServerProcess) (*DevServer, error)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("running %s: %w", p.binary, err)
 	}
-	s := &DevServer{cmd: cmd, hostPort: p.client.HostPort, exited: make(chan struct{})}
+	s := &DevServer{cmd: cmd, hostPort: p.client.HostPort, tail: p.tail, exited: make(chan struct{})}
 	go func() {
 		s.waitErr = cmd.Wait()
 		close(s.exited)
@@ -76,11 +80,33 @@ func (s *DevServer) Client() client.Client { return s.client }
 // FrontendHostPort is the server's gRPC address.
 func (s *DevServer) FrontendHostPort() string { return s.hostPort }
 
-// PID is the server's process, for what it cost (procstat).
+// PID is the server's process ID.
 func (s *DevServer) PID() int { return s.cmd.Process.Pid }
+
+// Exited is closed when the server process has ended.
+func (s *DevServer) Exited() <-chan struct{} { return s.exited }
+
+// Err is why a server that was not stopped ended, with its last output; nil while it runs or
+// after Stop.
+func (s *DevServer) Err() error {
+	select {
+	case <-s.exited:
+	default:
+		return nil
+	}
+	if s.stopping.Load() {
+		return nil
+	}
+	last := ""
+	if s.tail != nil {
+		last = s.tail.String()
+	}
+	return fmt.Errorf("the Temporal dev server on %s exited: %v; its last output: %q", s.hostPort, s.waitErr, last)
+}
 
 // Stop interrupts the server and waits for it to exit.
 func (s *DevServer) Stop() error {
+	s.stopping.Store(true)
 	select {
 	case <-s.exited:
 		return nil

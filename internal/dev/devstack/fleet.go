@@ -3,11 +3,13 @@ package devstack
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -21,6 +23,7 @@ type FleetMember struct {
 	LogFile    string
 	cmd        *exec.Cmd
 	done       chan struct{}
+	stopping   atomic.Bool // Kill or Stop ended it: not reported
 }
 
 // Fleet is a set of server processes, each started from this project's binary (`fleet-server`),
@@ -32,8 +35,11 @@ type Fleet struct {
 	Prefix  string // prepended to every identity
 	// OwnBinary gives every server its own copy of Self, so that release_update replaces only it.
 	OwnBinary bool
-	mu        sync.Mutex
-	Members   []*FleetMember
+	// OnExit hears of a member that ended other than by Kill or Stop (a crash, a shutdown the
+	// provisioner asked for), with its last output.
+	OnExit  func(ChildExit)
+	mu      sync.Mutex
+	Members []*FleetMember
 }
 
 // Identity names demo server i.
@@ -69,7 +75,14 @@ func (f *Fleet) Start(i int) (*FleetMember, error) {
 		return nil, fmt.Errorf("starting server %s: %w", id, err)
 	}
 	m.cmd = cmd
-	go func() { _ = cmd.Wait(); out.Close(); close(m.done) }()
+	go func() {
+		err := cmd.Wait()
+		out.Close()
+		if f.OnExit != nil && !m.stopping.Load() {
+			f.OnExit(ChildExit{Child: "server " + id, Err: fmt.Errorf("exited: %v; its last output: %q", err, m.lastOutput())})
+		}
+		close(m.done)
+	}()
 	f.mu.Lock()
 	f.Members = append(f.Members, m)
 	f.mu.Unlock()
@@ -88,6 +101,7 @@ func (f *Fleet) StartN(n int) error {
 
 // Kill stops one member at once, as a vanished host.
 func (m *FleetMember) Kill() {
+	m.stopping.Store(true)
 	if m.cmd != nil && m.cmd.Process != nil {
 		_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
 		<-m.done
@@ -100,6 +114,7 @@ func (f *Fleet) Stop(grace time.Duration) {
 	members := append([]*FleetMember(nil), f.Members...)
 	f.mu.Unlock()
 	for _, m := range members {
+		m.stopping.Store(true)
 		if m.cmd != nil && m.cmd.Process != nil {
 			_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGTERM)
 		}
@@ -149,4 +164,29 @@ func (m *FleetMember) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// lastOutput is the end of the member's process output and of its server log.
+func (m *FleetMember) lastOutput() string {
+	var parts []string
+	for _, f := range []string{filepath.Join(m.Dir, "process.log"), m.LogFile} {
+		if t := fileTail(f, 1024); t != "" {
+			parts = append(parts, t)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// fileTail is the last n bytes of a file ("" when it cannot be read).
+func fileTail(file string, n int64) string {
+	f, err := os.Open(file)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(st.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return strings.TrimSpace(string(b))
 }

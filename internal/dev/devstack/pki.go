@@ -13,8 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/choria-io/tokens"
 )
 
 // Security modes of a local network.
@@ -104,16 +102,19 @@ func CreatePKICredentials(dir string, brokerURL string) (*Credentials, error) {
 	if err := writePEM(c.PKI.SignerPublic, "PUBLIC KEY", pub, 0o644); err != nil {
 		return nil, err
 	}
-	prov, err := tokens.NewProvisioningClaims(false, true, c.Token, "", "", []string{brokerURL}, "", "", "", "choria", "", 5*365*24*time.Hour)
+	return c, c.SetBrokerURL(brokerURL)
+}
+
+func readRSAKey(file string) (*rsa.PrivateKey, error) {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	prov.AllowUpdate = true // servers accept release_update (only with the provisioning token)
-	signed, err := tokens.SignToken(prov, signer)
-	if err != nil {
-		return nil, err
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("%s holds no PEM block", file)
 	}
-	return c, os.WriteFile(c.ProvisioningJWT, []byte(signed), 0o600)
+	return x509.ParsePKCS1PrivateKey(block.Bytes)
 }
 
 func writePEM(file, typ string, der []byte, mode os.FileMode) error {

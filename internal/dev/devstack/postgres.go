@@ -81,6 +81,7 @@ type Postgres struct {
 	cmd      *exec.Cmd
 	done     chan error
 	log      *os.File
+	cred     *syscall.Credential // the postgres user's when running as root
 }
 
 // StartPostgres makes a new cluster with initdb and starts it on a free loopback port.
@@ -127,36 +128,56 @@ func StartPostgres(ctx context.Context, binDir string) (*Postgres, error) {
 	if p.log, err = os.Create(filepath.Join(dir, "postgres.log")); err != nil {
 		return fail(err)
 	}
+	p.cred = cred
+	if err := p.start(ctx); err != nil {
+		return fail(err)
+	}
+	return p, nil
+}
+
+// start runs the postmaster on the cluster's port and waits until it accepts connections.
+func (p *Postgres) start(ctx context.Context) error {
 	// loopback TCP only (no Unix socket); enough connections for every Temporal service's pools
-	p.cmd = exec.Command(filepath.Join(binDir, "postgres"), "-D", filepath.Join(dir, "data"),
+	p.cmd = exec.Command(filepath.Join(p.BinDir, "postgres"), "-D", filepath.Join(p.Dir, "data"),
 		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(p.Port), "-c", "unix_socket_directories=",
 		"-c", "max_connections=300")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
 	if err := p.cmd.Start(); err != nil {
-		return fail(fmt.Errorf("starting postgres: %w", err))
+		return fmt.Errorf("starting postgres: %w", err)
 	}
-	p.done = make(chan error, 1)
-	go func() { p.done <- p.cmd.Wait() }()
+	done := make(chan error, 1)
+	p.done = done
+	cmd := p.cmd
+	go func() { done <- cmd.Wait() }()
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		ready := exec.CommandContext(ctx, filepath.Join(binDir, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port))
+		ready := exec.CommandContext(ctx, filepath.Join(p.BinDir, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port))
 		if ready.Run() == nil {
-			return p, nil
+			return nil
 		}
 		select {
-		case err := <-p.done:
-			p.done <- err
-			return fail(fmt.Errorf("postgres exited (%v): %s", err, p.tail()))
+		case err := <-done:
+			done <- err
+			return fmt.Errorf("postgres exited (%v): %s", err, p.tail())
 		case <-ctx.Done():
-			return fail(ctx.Err())
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("postgres did not accept connections in 60s: %s", p.tail()))
+			return fmt.Errorf("postgres did not accept connections in 60s: %s", p.tail())
 		}
 	}
+}
+
+// Restart stops the postmaster with a fast shutdown (every connection closed, as a database
+// restarted for maintenance), waits down, and starts it again on the same port and data (fault
+// tests).
+func (p *Postgres) Restart(ctx context.Context, down time.Duration) error {
+	stopProcess(p.cmd, p.done, syscall.SIGINT, 20*time.Second)
+	time.Sleep(down)
+	return p.start(ctx)
 }
 
 // Addr is the cluster's host:port.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/dev/faultproxy"
 )
 
 // StackOptions describe a local provisioning network.
@@ -58,6 +59,10 @@ type StackOptions struct {
 	// Failing makes the example helper refuse the first Failing servers of the fleet until
 	// Stack.FixFile exists (the failed-hosts demo; ignored with a Helper of one's own).
 	Failing int
+	// FaultProxies puts a fault proxy between the provisioner and the broker and another between
+	// the provisioner and Temporal (Stack.BrokerProxy, Stack.TemporalProxy): the provisioner's
+	// configuration names them, while the fleet and the stack's own clients connect directly.
+	FaultProxies bool
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
@@ -67,6 +72,8 @@ type Stack struct {
 	Temporal        *DevServer // nil when StackOptions.TemporalAddress was given
 	TemporalAddress string
 	Broker          *Broker
+	BrokerProxy     *faultproxy.Proxy // with FaultProxies: the provisioner's way to the broker
+	TemporalProxy   *faultproxy.Proxy // with FaultProxies: the provisioner's way to Temporal
 	Creds           *Credentials
 	Fleet           *Fleet
 	ConfigFile      string // provisioner YAML
@@ -83,6 +90,7 @@ type Stack struct {
 	brokerCancel    context.CancelFunc
 	brokerWG        sync.WaitGroup
 	temporalOpts    TemporalOptions
+	exits           chan ChildExit
 }
 
 // StartStack brings up Temporal and the broker, writes the provisioner's configuration, and
@@ -107,7 +115,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		}
 		o.UIPort = p
 	}
-	s := &Stack{Opts: o, TaskQueue: o.TaskQueue, TemporalAddress: o.TemporalAddress}
+	s := &Stack{Opts: o, TaskQueue: o.TaskQueue, TemporalAddress: o.TemporalAddress, exits: make(chan ChildExit, 64)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 
 	brokerPort, err := FreePort()
@@ -116,8 +124,10 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	credsDir := filepath.Join(o.Dir, "credentials")
 	// the provisioning JWT names the broker URL; a reused state directory keeps its port
+	movable := true
 	if b, err := os.ReadFile(filepath.Join(credsDir, "broker.port")); err == nil {
 		fmt.Sscanf(string(b), "%d", &brokerPort)
+		movable = false
 	}
 	if o.Mode == ModePKI {
 		s.Creds, err = CreatePKICredentials(credsDir, fmt.Sprintf("nats://127.0.0.1:%d", brokerPort))
@@ -142,6 +152,7 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		if err != nil {
 			return nil, err
 		}
+		go s.watchTemporal(s.Temporal)
 		s.TemporalAddress = s.Temporal.FrontendHostPort()
 		// RestartTemporal comes back on the same port
 		_, port, _ := net.SplitHostPort(s.TemporalAddress)
@@ -149,12 +160,19 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 		s.Opts.TemporalPort = s.temporalOpts.Port
 	}
 
-	if err := s.startBroker(brokerPort); err != nil {
+	if err := s.startBroker(brokerPort, movable); err != nil {
 		s.Stop()
 		return nil, err
 	}
 
-	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix}
+	if o.FaultProxies {
+		if err := s.startProxies(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+	}
+
+	s.Fleet = &Fleet{Self: o.Self, Dir: filepath.Join(o.Dir, "fleet"), JWTFile: s.Creds.ProvisioningJWT, Prefix: o.IdentityPrefix, OnExit: s.report}
 	if o.Failing > 0 {
 		for i := range o.Failing {
 			s.Refused = append(s.Refused, s.Fleet.Identity(i))
@@ -174,16 +192,42 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	return s, nil
 }
 
+// startProxies starts the fault proxies to the broker and Temporal; they outlive restarts of
+// either, which come back on the same ports.
+func (s *Stack) startProxies() error {
+	var err error
+	if s.BrokerProxy, err = faultproxy.Start("broker", fmt.Sprintf("127.0.0.1:%d", s.Broker.Port)); err != nil {
+		return err
+	}
+	s.TemporalProxy, err = faultproxy.Start("temporal", s.TemporalAddress)
+	return err
+}
+
+// provisionerBroker and provisionerTemporal are the addresses the provisioner is configured with.
+func (s *Stack) provisionerBroker() string {
+	if s.BrokerProxy != nil {
+		return "nats://" + s.BrokerProxy.Addr
+	}
+	return s.Broker.URL
+}
+
+func (s *Stack) provisionerTemporal() string {
+	if s.TemporalProxy != nil {
+		return s.TemporalProxy.Addr
+	}
+	return s.TemporalAddress
+}
+
 func (s *Stack) writeProvisionerConfig() error {
 	helper := s.Opts.Helper
 	if helper == "" {
-		helper = ExampleHelperCommand(s.Opts.Self, s.Broker.URL, s.Creds)
+		helper = ExampleHelperCommand(s.Opts.Self, s.provisionerBroker(), s.Creds)
 		if len(s.Refused) > 0 {
 			helper += fmt.Sprintf(" --refuse %s --fix-file %s", strings.Join(s.Refused, ","), s.FixFile)
 		}
 	}
 	files, err := WriteSiteFiles(s.Creds, SiteOptions{
-		Dir: s.Opts.Dir, BrokerURL: s.Broker.URL, TemporalAddress: s.TemporalAddress, TaskQueue: s.TaskQueue,
+		Dir: s.Opts.Dir, BrokerURL: s.provisionerBroker(), TemporalAddress: s.provisionerTemporal(), TaskQueue: s.TaskQueue,
 		Helper: helper, Interval: s.Opts.Interval, DeferDelay: s.Opts.DeferDelay, LogLevel: s.Opts.LogLevel,
 		LogFile: filepath.Join(s.Opts.Dir, "provisioner.log"), MonitorPort: s.Opts.MonitorPort, MonitorAddress: "127.0.0.1",
 		TemporalNamespace: s.Opts.TemporalNamespace, TemporalTLS: s.Opts.TemporalTLS, TemporalAPIKeyFile: s.Opts.TemporalAPIKeyFile,
@@ -195,24 +239,13 @@ func (s *Stack) writeProvisionerConfig() error {
 	return nil
 }
 
-func (s *Stack) startBroker(port int) error {
-	bctx, cancel := context.WithCancel(s.ctx)
-	b, err := StartBroker(bctx, &s.brokerWG, s.Opts.Dir, "127.0.0.1", port, s.Creds, "warn", filepath.Join(s.Opts.Dir, "broker.log"))
-	if err != nil {
-		cancel()
-		return err
-	}
-	s.Broker, s.brokerCancel = b, cancel
-	return nil
-}
-
 // RestartBroker stops the broker, waits down, and starts it again on the same port (fault tests).
 func (s *Stack) RestartBroker(down time.Duration) error {
 	port := s.Broker.Port
 	s.brokerCancel()
 	s.brokerWG.Wait()
 	time.Sleep(down)
-	return s.startBroker(port)
+	return s.startBroker(port, false)
 }
 
 // RestartTemporal stops the stack's own Temporal dev server and starts it again on the same port
@@ -230,6 +263,7 @@ func (s *Stack) RestartTemporal(ctx context.Context, down time.Duration) error {
 		return err
 	}
 	s.Temporal = srv
+	go s.watchTemporal(srv)
 	return nil
 }
 
@@ -248,6 +282,11 @@ func (s *Stack) Stop() {
 		s.Fleet.Stop(5 * time.Second)
 	}
 	s.cancel()
+	for _, p := range []*faultproxy.Proxy{s.BrokerProxy, s.TemporalProxy} {
+		if p != nil {
+			p.Stop()
+		}
+	}
 	s.wg.Wait()
 	s.brokerWG.Wait()
 	if s.Temporal != nil {

@@ -94,7 +94,7 @@ func startTemporal(ctx context.Context, o TemporalOptions) (*DevServer, error) {
 		client: client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", o.Port), Namespace: o.Namespace, Logger: log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))},
 		args: []string{"--ip", "127.0.0.1", "--port", fmt.Sprint(o.Port), "--namespace", o.Namespace, "--log-level", "error",
 			"--dynamic-config-value", "frontend.enableServerVersionCheck=false"},
-		out: out,
+		out: out, tail: out,
 	}
 	if o.Output != nil {
 		p.out = io.MultiWriter(o.Output, out)

@@ -341,6 +341,10 @@ func (h *Host) configure(f *Fleet, rpc *mcorpc.Request, reply *mcorpc.Reply, tok
 		}
 	}
 	h.Config = settings
+	if creds := args.ServerJWT + "\x00" + args.Certificate; creds != h.lastCreds {
+		h.lastCreds = creds
+		h.Credentials.Add(1)
+	}
 	if args.ServerJWT != "" {
 		h.ServerJWT = args.ServerJWT
 	}
@@ -544,6 +548,7 @@ func (f *Fleet) restart(h *Host, splay time.Duration, configured bool) {
 	if !h.beginRestart() {
 		return
 	}
+	f.changed()
 	f.event(h, lifecycle.Shutdown, provisionComponent)
 	if f.opts.NoRestartSplay {
 		splay = 0

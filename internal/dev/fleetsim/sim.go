@@ -78,6 +78,10 @@ type Options struct {
 	// does (wire.go): ~5x the simulator's CPU per host. The bench's simulator did this until
 	// issue #11's last round; its table was measured so.
 	GoChoriaWire bool
+	// ReplyDelay holds the reply of each choria_provision action named here this long after the
+	// action took effect (a configure written, a restart scheduled): the window in which a
+	// provisioner that dies has made the change without learning it (fault tests).
+	ReplyDelay map[string]time.Duration
 }
 
 // Host is one simulated server.
@@ -103,6 +107,8 @@ type Host struct {
 	Restarted   atomic.Bool // restarted out of provisioning mode (or shut down): answers nothing more
 	Configured  atomic.Bool
 	Configures  atomic.Int32 // configure calls that wrote a configuration
+	Credentials atomic.Int32 // configure calls that wrote credentials other than the last ones
+	lastCreds   string       // the server JWT and certificate configure last wrote
 	Updates     atomic.Int32 // release_update calls that replaced the (scratch) binary
 	arrived     atomic.Bool  // announced itself: before that it is not on the network
 	// when the host announced itself, was first configured and restarted (benchmark latencies)
@@ -321,6 +327,9 @@ func (f *Fleet) reply(h *Host, req protocol.Request, replyTo string, w wire) {
 	if !ok {
 		return
 	}
+	if d := f.replyDelay(req); d > 0 {
+		time.Sleep(d)
+	}
 	j, err := f.encode(h, req, body, w)
 	if err != nil {
 		return
@@ -338,6 +347,20 @@ func (f *Fleet) encode(h *Host, req protocol.Request, body []byte, w wire) ([]by
 		return encodeGoChoria(goChoriaV2(), req, h.Identity, body, w.sec)
 	}
 	return encodeV2(req, h.Identity, body, w.sec)
+}
+
+// replyDelay is how long the reply to req is held (Options.ReplyDelay).
+func (f *Fleet) replyDelay(req protocol.Request) time.Duration {
+	if len(f.opts.ReplyDelay) == 0 || req.Agent() != "choria_provision" {
+		return 0
+	}
+	var rpc struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(req.Message(), &rpc) != nil {
+		return 0
+	}
+	return f.opts.ReplyDelay[rpc.Action]
 }
 
 // transientFailure says whether this RPC of a flaky host fails; called with h.mu held.
@@ -362,9 +385,15 @@ func (h *Host) transientFailureLocked(f *Fleet) bool {
 
 // HostState is what the status file says of a host.
 type HostState struct {
-	Configured  bool   `json:"configured"`
-	Configures  int32  `json:"configures"`
-	Restarted   bool   `json:"restarted"`
+	Configured bool  `json:"configured"`
+	Configures int32 `json:"configures"`
+	// Credentials counts the configure calls that wrote credentials (server JWT, certificate)
+	// other than the ones written before: 1 for a host provisioned once, or configured again by
+	// a retry of the same step; 2 or more for one configured twice with different credentials.
+	Credentials int32 `json:"credentials"`
+	Restarted   bool  `json:"restarted"`
+	// Restarting: a restart was accepted and the host has not left provisioning mode yet
+	Restarting  bool   `json:"restarting,omitempty"`
 	ServerJWT   bool   `json:"server_jwt"`
 	Provision   string `json:"provision"` // the written plugin.choria.server.provision
 	CertCN      string `json:"cert_cn,omitempty"`
@@ -394,7 +423,7 @@ func (f *Fleet) WriteStatus(file string) error {
 	st := Status{Hosts: map[string]HostState{}, Replies: f.Replies.Load()}
 	for _, h := range f.order {
 		h.mu.Lock()
-		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Restarted: h.Restarted.Load(),
+		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Credentials: h.Credentials.Load(), Restarted: h.Restarted.Load(), Restarting: h.restarting && !h.Restarted.Load(),
 			ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"], CertCN: h.CertCN, KeyReceived: h.KeyReceived,
 			Version: h.version, Updates: h.Updates.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt,
 			Flaky: h.flaky, HealthyAt: h.flakyUntil}

@@ -204,3 +204,27 @@ func BenchmarkGencsr(b *testing.B) {
 		})
 	}
 }
+
+// Credentials counts configure calls that wrote credentials other than the last ones: a retry
+// of the same step writes the same ones; a second run's configure (a new key, a new JWT) does not.
+func TestCredentialsCountsDifferentWrites(t *testing.T) {
+	f := &Fleet{opts: Options{Token: "s3cret"}, keys: newKeyPool(0)}
+	h := &Host{Identity: "n1"}
+	configure := func(jwt string) {
+		r := reply(t, f, h, "choria=prov", "choria_provision", "configure", map[string]any{"token": "s3cret", "config": `{"plugin.choria.server.provision":"false"}`, "server_jwt": jwt})
+		require.Equal(t, mcorpc.OK, r.Statuscode)
+	}
+	configure("first")
+	configure("first")
+	require.EqualValues(t, 2, h.Configures.Load())
+	require.EqualValues(t, 1, h.Credentials.Load(), "the same credentials written again")
+	configure("second")
+	require.EqualValues(t, 2, h.Credentials.Load(), "different credentials")
+}
+
+func TestReplyDelayNamesActions(t *testing.T) {
+	f := &Fleet{opts: Options{ReplyDelay: map[string]time.Duration{"restart": 3 * time.Second}}}
+	require.Equal(t, 3*time.Second, f.replyDelay(request(t, "c", "choria_provision", "restart", nil)))
+	require.Zero(t, f.replyDelay(request(t, "c", "choria_provision", "configure", nil)))
+	require.Zero(t, f.replyDelay(request(t, "c", "rpcutil", "restart", nil)))
+}

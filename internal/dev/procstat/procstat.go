@@ -74,10 +74,15 @@ func TreeCPU(root int) time.Duration {
 }
 
 // PeakRSSMiB is a process's peak resident set (VmHWM) in MiB, 0 when unknown.
-func PeakRSSMiB(pid int) float64 {
+func PeakRSSMiB(pid int) float64 { return statusMiB(pid, "VmHWM:") }
+
+// RSSMiB is a process's resident set now (VmRSS) in MiB, 0 when unknown.
+func RSSMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+
+func statusMiB(pid int, field string) float64 {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			if f := strings.Fields(v); len(f) > 0 {
 				kb, _ := strconv.ParseFloat(f[0], 64)
 				return kb / 1024

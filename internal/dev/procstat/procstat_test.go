@@ -13,10 +13,13 @@ func TestOwnProcess(t *testing.T) {
 	require.NoError(t, exec.Command("sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done").Run())
 	pid := os.Getpid()
 	require.Greater(t, PeakRSSMiB(pid), 1.0)
+	require.Greater(t, RSSMiB(pid), 1.0)
+	require.LessOrEqual(t, RSSMiB(pid), PeakRSSMiB(pid))
 	// read own CPU first: the process goes on using CPU, so the later tree reading can only be larger
 	own := CPU(pid)
 	require.Positive(t, own)
 	require.GreaterOrEqual(t, TreeCPU(pid), own)
 	require.Zero(t, CPU(-1))
 	require.Zero(t, PeakRSSMiB(-1))
+	require.Zero(t, RSSMiB(-1))
 }

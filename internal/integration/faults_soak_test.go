@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/dev/faultproxy"
+	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/dev/procstat"
+)
+
+// Soak: simulated hosts arrive at 5/s for FAULTS_SOAK (make test-soak SOAK=60m), with a fault
+// every FAULTS_SOAK_EVERY (5 m, or a fifth of a shorter soak) in turn: kill -9 of a worker,
+// broker restart, Temporal restart, and 30 s partitions to the broker (both ways, replies only)
+// and to Temporal. One provisioner process is never killed: its RSS and goroutines are sampled
+// every 15 s and their slope reported, with Temporal's and the broker's memory.
+func TestIntegrationFaultSoak(t *testing.T) {
+	d := envDuration(t, "FAULTS_SOAK", 0)
+	if d == 0 {
+		t.Skip("soak: make test-soak SOAK=60m (FAULTS_SOAK)")
+	}
+	every := envDuration(t, "FAULTS_SOAK_EVERY", min(5*time.Minute, d/5))
+	const rate = 5
+	hosts := int(rate * d.Seconds())
+	e := newEnv(t, envOptions{ownTemporal: true, persist: true, faults: true})
+	port, err := devstack.FreePort()
+	require.NoError(t, err)
+	steady := e.processProvisioner("steady", fmt.Sprintf("PROVISIONER_MONITOR_PORT=%d", port), "PROVISIONER_MONITOR_ADDRESS=127.0.0.1")
+	victim := e.processProvisioner("victim-0")
+	status := e.startFleetSim(hosts, "--prefix", "soak-", "--rate", strconv.Itoa(rate))
+	start := time.Now()
+
+	cut := func(p *faultproxy.Proxy, dir faultproxy.Direction) error {
+		heal, err := p.Cut(dir)
+		if err == nil {
+			time.AfterFunc(30*time.Second, func() { _ = heal() })
+		}
+		return err
+	}
+	kills := 0
+	faults := []struct {
+		name string
+		do   func() error
+	}{
+		{"kill -9 of a worker", func() error {
+			kills++
+			err := syscall.Kill(-victim.Process.Pid, syscall.SIGKILL)
+			victim = e.processProvisioner(fmt.Sprintf("victim-%d", kills))
+			return err
+		}},
+		{"broker restart (2 s down)", func() error { return e.stack.RestartBroker(2 * time.Second) }},
+		{"Temporal restart (2 s down)", func() error { return e.stack.RestartTemporal(t.Context(), 2*time.Second) }},
+		{"provisioner-broker cut both ways 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Both) }},
+		{"provisioner-Temporal cut both ways 30 s", func() error { return cut(e.stack.TemporalProxy, faultproxy.Both) }},
+		{"provisioner-broker replies held 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Downstream) }},
+	}
+	var samples []soakSample
+	next, n := start.Add(every), 0
+	for tick := time.NewTicker(15 * time.Second); time.Since(start) < d; <-tick.C {
+		samples = append(samples, e.soakSample(start, port, steady.Process.Pid))
+		if time.Now().After(next) {
+			f := faults[n%len(faults)]
+			require.NoError(t, f.do(), f.name)
+			t.Logf("soak +%v: %s (%s)", time.Since(start).Round(time.Second), f.name, simSummary(status()))
+			next, n = next.Add(every), n+1
+		}
+	}
+	arrived := time.Now()
+	r := e.simOutcome("soak-", status, hosts, arrived, 15*time.Minute)
+	r.log(t, fmt.Sprintf("soak %v at %d hosts/s with %d faults (one every %v)", d, rate, n, every), time.Since(start))
+	t.Logf("FAULT soak: the last host done %v after the last arrival; latency %s", r.recovered.Round(100*time.Millisecond), simLatency(status()))
+	logSlopes(t, samples, d/10)
+	r.require(t)
+}
+
+// soakSample is one reading of the processes' memory and the steady provisioner's goroutines.
+type soakSample struct {
+	at                          time.Duration
+	provisionerMiB, goroutines  float64
+	temporalMiB, testProcessMiB float64
+}
+
+func (e *env) soakSample(start time.Time, port, pid int) soakSample {
+	s := soakSample{at: time.Since(start), provisionerMiB: procstat.RSSMiB(pid), testProcessMiB: procstat.RSSMiB(os.Getpid())}
+	if e.stack.Temporal != nil {
+		s.temporalMiB = procstat.RSSMiB(e.stack.Temporal.PID())
+	}
+	s.goroutines = metricValue(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), "go_goroutines")
+	return s
+}
+
+// metricValue is one unlabelled series from a Prometheus text page (NaN-free: 0 when absent).
+func metricValue(url, name string) float64 {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// logSlopes reports each series' least-squares slope per hour after warm-up, with its range.
+func logSlopes(t *testing.T, samples []soakSample, warmup time.Duration) {
+	t.Helper()
+	var kept []soakSample
+	for _, s := range samples {
+		if s.at >= warmup {
+			kept = append(kept, s)
+		}
+	}
+	for _, series := range []struct {
+		name, unit string
+		v          func(soakSample) float64
+	}{
+		{"provisioner (never killed) RSS", "MiB", func(s soakSample) float64 { return s.provisionerMiB }},
+		{"provisioner (never killed) goroutines", "", func(s soakSample) float64 { return s.goroutines }},
+		{"Temporal dev server RSS", "MiB", func(s soakSample) float64 { return s.temporalMiB }},
+		{"broker (the test process: broker, fault proxy, test client) RSS", "MiB", func(s soakSample) float64 { return s.testProcessMiB }},
+	} {
+		if len(kept) < 2 {
+			t.Logf("FAULT soak: %s: too few samples", series.name)
+			continue
+		}
+		var sx, sy, sxx, sxy float64
+		lo, hi := series.v(kept[0]), series.v(kept[0])
+		for _, s := range kept {
+			x, y := s.at.Hours(), series.v(s)
+			sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+			lo, hi = min(lo, y), max(hi, y)
+		}
+		k := float64(len(kept))
+		slope := (k*sxy - sx*sy) / (k*sxx - sx*sx)
+		t.Logf("FAULT soak: %s %.0f-%.0f %s over %d samples after %v, slope %+.1f %s/h",
+			series.name, lo, hi, series.unit, len(kept), warmup.Round(time.Second), slope, series.unit)
+	}
+}
+
+// simLatency is p50/p95/p99 of the hosts' announce-to-restart times.
+func simLatency(st fleetsim.Status) string {
+	var d []time.Duration
+	for _, h := range st.Hosts {
+		if h.Restarted && !h.AnnouncedAt.IsZero() {
+			d = append(d, h.RestartedAt.Sub(h.AnnouncedAt))
+		}
+	}
+	if len(d) == 0 {
+		return "none"
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(q float64) time.Duration {
+		return d[min(len(d)-1, int(q*float64(len(d))))].Round(10 * time.Millisecond)
+	}
+	return fmt.Sprintf("p50 %v, p95 %v, p99 %v, max %v", at(0.50), at(0.95), at(0.99), d[len(d)-1].Round(10*time.Millisecond))
+}
