@@ -347,6 +347,15 @@ func (c *Config) validate() error {
 	if c.HelperCommand, err = SplitHelper(c.Helper); err != nil {
 		return invalid("helper", "%v", err)
 	}
+	if err := c.validateHelperEnv(); err != nil {
+		return err
+	}
+
+	return c.validateTemporal()
+}
+
+// validateHelperEnv refuses names that are not variable names, and the provisioner's own.
+func (c *Config) validateHelperEnv() error {
 	for _, name := range c.HelperEnv {
 		if !envName.MatchString(name) {
 			return invalid("helper_env", "%q is not an environment variable name", name)
@@ -355,8 +364,7 @@ func (c *Config) validate() error {
 			return invalid("helper_env", "%s is the provisioner's own (%s*: its keys and settings), never the helper's", name, EnvPrefix)
 		}
 	}
-
-	return c.validateTemporal()
+	return nil
 }
 
 func (c *Config) validateTemporal() error {
