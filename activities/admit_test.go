@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -25,6 +26,8 @@ func runAs[O any](t *testing.T, wfType, wfID string, reg registration, in any) (
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// a loaded machine is no deadlock: the workflow only waits for its one activity
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
 	env.RegisterActivityWithOptions(reg.wrapped, activity.RegisterOptions{Name: reg.name})
 	env.RegisterWorkflowWithOptions(func(ctx workflow.Context) (O, error) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second,

@@ -394,6 +394,15 @@ func (c *Config) validateHelper() error {
 	if c.HelperCommand, err = SplitHelper(c.Helper); err != nil {
 		return invalid("helper", "%v", err)
 	}
+	if err := c.validateHelperEnv(); err != nil {
+		return err
+	}
+
+	return c.validateTemporal()
+}
+
+// validateHelperEnv refuses names that are not variable names, and the provisioner's own.
+func (c *Config) validateHelperEnv() error {
 	for _, name := range c.HelperEnv {
 		if !envName.MatchString(name) {
 			return invalid("helper_env", "%q is not an environment variable name", name)

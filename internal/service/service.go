@@ -205,12 +205,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		return err
 	}
 	defer stopMetrics()
-	// the worker's client reads only payloads of its own key, written for the workflow at hand
-	wdc, err := s.workerDataConverter()
-	if err != nil {
-		return err
-	}
-	tc, err := dialTemporal(ctx, s.cfg, s.log, mh, wdc)
+	tc, err := s.dialWorker(ctx, mh)
 	if err != nil {
 		return err
 	}

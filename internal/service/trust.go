@@ -1,8 +1,11 @@
 package service
 
 import (
+	"context"
 	"os"
 	"strings"
+
+	"go.temporal.io/sdk/client"
 
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
@@ -55,6 +58,16 @@ const PlaintextWarning = "temporal.plaintext is set: payloads and failures are n
 // the start so that an alert on their rate has a series to watch.
 var refusalReasons = []string{codec.ReasonPlaintext, codec.ReasonUnknownKey, codec.ReasonUndecryptable, codec.ReasonUnbound,
 	codec.ReasonForeignBinding, activities.ReasonForeignWorkflow, activities.ReasonIdentityMismatch}
+
+// dialWorker dials the worker's client (discovery shares it): it reads only payloads of its
+// own keys, written for the workflow at hand.
+func (s *Service) dialWorker(ctx context.Context, mh client.MetricsHandler) (client.Client, error) {
+	dc, err := s.workerDataConverter()
+	if err != nil {
+		return nil, err
+	}
+	return dialTemporal(ctx, s.cfg, s.log, mh, dc)
+}
 
 // workerDataConverter is the data converter of the worker's client: it refuses payloads that are
 // not encrypted with the codec's keys, or that were written for another workflow than the one
