@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 )
@@ -142,33 +143,25 @@ func stripComments(doc string) string {
 
 func (r *rendered) add(obj runtime.Object) error {
 	r.count++
-	var name, ns string
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		name, ns = o.Name, o.Namespace
-		r.deployments[name] = o
-	case *corev1.ConfigMap:
-		name, ns = o.Name, o.Namespace
-		r.configMaps[name] = o
-	case *corev1.Secret:
-		name, ns = o.Name, o.Namespace
-		r.secrets[name] = o
-	case *corev1.Service:
-		name, ns = o.Name, o.Namespace
-		r.services[name] = o
-	case *policyv1.PodDisruptionBudget:
-		name, ns = o.Name, o.Namespace
-		r.pdbs[name] = o
-	case *networkingv1.Ingress:
-		name, ns = o.Name, o.Namespace
-		r.ingresses[name] = o
-	default:
+	stored := store(r.deployments, obj) || store(r.configMaps, obj) || store(r.secrets, obj) ||
+		store(r.services, obj) || store(r.pdbs, obj) || store(r.ingresses, obj)
+	if !stored {
 		return fmt.Errorf("the chart renders a %T, which this test does not check", obj)
 	}
-	if name == "" || ns != namespace {
+	o := obj.(metav1.Object) // every kind store takes is one
+	if name, ns := o.GetName(), o.GetNamespace(); name == "" || ns != namespace {
 		return fmt.Errorf("%T named %q in namespace %q: every object needs a name and the release's namespace", obj, name, ns)
 	}
 	return nil
+}
+
+// store files obj by name in m when it is of m's kind, and says whether it was.
+func store[T metav1.Object](m map[string]T, obj runtime.Object) bool {
+	o, ok := obj.(T)
+	if ok {
+		m[o.GetName()] = o
+	}
+	return ok
 }
 
 func (r *rendered) deployment(t *testing.T, name string) *appsv1.Deployment {
