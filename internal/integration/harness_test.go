@@ -43,7 +43,7 @@ type env struct {
 	// refusals is set by tests that make the worker refuse payloads or tasks; every other test's
 	// replicas must refuse nothing (each of their payloads is the worker's own)
 	refusals bool
-	simErr atomic.Pointer[string] // a fleet-sim process that exited before the test's end: why
+	simErr   atomic.Pointer[string] // a fleet-sim process that exited before the test's end: why
 }
 
 type envOptions struct {
@@ -323,17 +323,28 @@ func helperQueue(events []*historypb.HistoryEvent) string {
 // localActivities lists the activity types a history ran as local activities, in order.
 func (e *env) localActivities(events []*historypb.HistoryEvent) []string {
 	e.t.Helper()
+	return e.decodeEach(events, func(dc converter.DataConverter, ev *historypb.HistoryEvent) (string, bool) {
+		m := ev.GetMarkerRecordedEventAttributes()
+		if m.GetMarkerName() != "LocalActivity" {
+			return "", false
+		}
+		var data struct{ ActivityType string }
+		require.NoError(e.t, dc.FromPayloads(m.GetDetails()["data"], &data))
+		return data.ActivityType, true
+	})
+}
+
+// decodeEach lists, in order, what f makes of each event it keeps, with the data converter the
+// provisioner uses (payloads and failure messages in a history are encrypted).
+func (e *env) decodeEach(events []*historypb.HistoryEvent, f func(converter.DataConverter, *historypb.HistoryEvent) (string, bool)) []string {
+	e.t.Helper()
 	dc, _, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
 	var out []string
 	for _, ev := range events {
-		m := ev.GetMarkerRecordedEventAttributes()
-		if m.GetMarkerName() != "LocalActivity" {
-			continue
+		if v, ok := f(dc, ev); ok {
+			out = append(out, v)
 		}
-		var data struct{ ActivityType string }
-		require.NoError(e.t, dc.FromPayloads(m.GetDetails()["data"], &data))
-		out = append(out, data.ActivityType)
 	}
 	return out
 }
@@ -368,17 +379,15 @@ func isCommandEvent(ev *historypb.HistoryEvent) bool {
 // messages are encrypted like payloads).
 func (e *env) activityFailures(events []*historypb.HistoryEvent) []string {
 	e.t.Helper()
-	dc, _, err := service.DataConverter(e.cfg)
-	require.NoError(e.t, err)
-	var out []string
-	for _, ev := range events {
-		if a := ev.GetActivityTaskFailedEventAttributes(); a != nil {
-			f := proto.Clone(a.GetFailure()).(*failurepb.Failure)
-			converter.DecodeCommonFailureAttributes(dc, f)
-			out = append(out, f.GetMessage())
+	return e.decodeEach(events, func(dc converter.DataConverter, ev *historypb.HistoryEvent) (string, bool) {
+		a := ev.GetActivityTaskFailedEventAttributes()
+		if a == nil {
+			return "", false
 		}
-	}
-	return out
+		f := proto.Clone(a.GetFailure()).(*failurepb.Failure)
+		converter.DecodeCommonFailureAttributes(dc, f)
+		return f.GetMessage(), true
+	})
 }
 
 // waitOutcome waits until a host's latest run has outcome and returns its detail.
