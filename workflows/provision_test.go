@@ -87,53 +87,34 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		activities.InventoryName: a.Inventory, activities.ReleaseUpdateName: a.ReleaseUpdate, activities.RunHelperName: a.RunHelper,
 		activities.SignServerJWTName: a.SignServerJWT, activities.ConfigureName: a.Configure, activities.RestartName: a.Restart,
 		activities.ShutdownName: a.Shutdown}
-	reg := func(fn any, name string) { env.OnActivity(methods[name], mock.Anything, mock.Anything).Return(fn) }
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.JWTResult, error) {
-		f.saw(in)
-		if err := f.record(ctx, activities.FetchJWTName); err != nil {
-			return nil, err
-		}
-		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}, nil
-	}, activities.FetchJWTName)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.ED25519Result, error) {
-		f.saw(in)
-		if err := f.record(ctx, activities.Gen25519Name); err != nil {
-			return nil, err
-		}
-		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}, nil
-	}, activities.Gen25519Name)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.CSRResult, error) {
-		if err := f.record(ctx, activities.GencsrName); err != nil {
-			return nil, err
-		}
-		return &activities.CSRResult{CSR: "csr", PublicKey: "pub", SSLDir: "/etc/choria/ssl"}, nil
-	}, activities.GencsrName)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
-		f.saw(in)
-		if err := f.record(ctx, activities.InventoryName); err != nil {
-			return nil, err
-		}
+	reg := func(name string, fake stepFake) {
+		env.OnActivity(methods[name], mock.Anything, mock.Anything).Return(fake(name))
+	}
+	reg(activities.FetchJWTName, answerSeeing(f, f.saw, func(activities.HostInput) *activities.JWTResult {
+		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}
+	}))
+	reg(activities.Gen25519Name, answerSeeing(f, f.saw, func(activities.HostInput) *activities.ED25519Result {
+		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}
+	}))
+	reg(activities.GencsrName, answer(f, func(activities.HostInput) *activities.CSRResult {
+		return &activities.CSRResult{CSR: "csr", PublicKey: "pub", SSLDir: "/etc/choria/ssl"}
+	}))
+	reg(activities.InventoryName, answerSeeing(f, f.saw, func(activities.HostInput) *activities.InventoryResult {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		v := f.version
 		if v == "" {
 			v = "0.30.2"
 		}
-		return &activities.InventoryResult{Inventory: `{"version":"` + v + `"}`, Version: v, Upgradable: f.upgradable}, nil
-	}, activities.InventoryName)
-	reg(func(ctx context.Context, in activities.UpgradeInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.ReleaseUpdateName); err != nil {
-			return nil, err
-		}
+		return &activities.InventoryResult{Inventory: `{"version":"` + v + `"}`, Version: v, Upgradable: f.upgradable}
+	}))
+	reg(activities.ReleaseUpdateName, answer(f, func(in activities.UpgradeInput) *activities.MessageResult {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.version = in.Version
-		return &activities.MessageResult{Message: "Restarting Choria Server after 2s"}, nil
-	}, activities.ReleaseUpdateName)
-	reg(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
-		if err := f.record(ctx, activities.RunHelperName); err != nil {
-			return nil, err
-		}
+		return &activities.MessageResult{Message: "Restarting Choria Server after 2s"}
+	}))
+	reg(activities.RunHelperName, answer(f, func(in activities.HelperRequest) *activities.HelperOutput {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.helpIn = in
@@ -141,34 +122,45 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		if len(f.helper) > 1 {
 			f.helper = f.helper[1:]
 		}
-		return &out, nil
-	}, activities.RunHelperName)
-	reg(func(ctx context.Context, in activities.SignInput) (string, error) {
-		if err := f.record(ctx, activities.SignServerJWTName); err != nil {
-			return "", err
-		}
+		return &out
+	}))
+	reg(activities.SignServerJWTName, answer(f, func(in activities.SignInput) string {
 		f.signed = in
-		return "signed.jwt", nil
-	}, activities.SignServerJWTName)
-	reg(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.ConfigureName); err != nil {
-			return nil, err
-		}
+		return "signed.jwt"
+	}))
+	reg(activities.ConfigureName, answer(f, func(in activities.ConfigureInput) *activities.MessageResult {
 		f.conf = in
-		return &activities.MessageResult{Message: "Wrote 12 lines"}, nil
-	}, activities.ConfigureName)
-	reg(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.RestartName); err != nil {
-			return nil, err
+		return &activities.MessageResult{Message: "Wrote 12 lines"}
+	}))
+	reg(activities.RestartName, answer(f, func(activities.RestartInput) *activities.MessageResult {
+		return &activities.MessageResult{Message: "Restarting"}
+	}))
+	reg(activities.ShutdownName, answer(f, func(activities.HostInput) *activities.MessageResult {
+		return &activities.MessageResult{Message: "Shutting down"}
+	}))
+}
+
+// stepFake makes a fake activity for the step it is registered as.
+type stepFake func(name string) any
+
+// answer is a fake activity: each call is recorded (which fails it where the test scripts a
+// failure), then fn answers it.
+func answer[I, O any](f *fakeHost, fn func(I) O) stepFake { return answerSeeing(f, nil, fn) }
+
+// answerSeeing is answer that first shows each call's input to see, a failing call's too.
+func answerSeeing[I, O any](f *fakeHost, see func(I), fn func(I) O) stepFake {
+	return func(name string) any {
+		return func(ctx context.Context, in I) (O, error) {
+			if see != nil {
+				see(in)
+			}
+			if err := f.record(ctx, name); err != nil {
+				var none O
+				return none, err
+			}
+			return fn(in), nil
 		}
-		return &activities.MessageResult{Message: "Restarting"}, nil
-	}, activities.RestartName)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.ShutdownName); err != nil {
-			return nil, err
-		}
-		return &activities.MessageResult{Message: "Shutting down"}, nil
-	}, activities.ShutdownName)
+	}
 }
 
 var configured = activities.HelperOutput{Configuration: map[string]string{"identity": "n1", "plugin.choria.server.provision": "false"}, Msg: "ok"}
