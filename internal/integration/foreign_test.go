@@ -31,7 +31,7 @@ import (
 // no helper of the attacker's is asked, nothing is signed, the server is not configured.
 func TestIntegrationForeignInputRefused(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 2})
-	e.refusals = true // this test's runs are refused on purpose
+	e.refusals = true                                              // this test's runs are refused on purpose
 	svc := e.replica("worker-only", service.Options{Worker: true}) // no discovery: only these runs start
 	victim, other := e.stack.Fleet.Members[0], e.stack.Fleet.Members[1]
 	ctx := context.Background()
