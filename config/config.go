@@ -69,6 +69,11 @@ type Temporal struct {
 	// GRPCCompression of the requests to Temporal: "none" (default) or "gzip". Payloads are
 	// encrypted, so gzip mostly spends CPU on both ends for nothing (docs/performance.md).
 	GRPCCompression string `koanf:"grpc_compression"`
+	// WorkerVersioning puts the worker in a Temporal Worker Deployment named after the task
+	// queue, as the build of its version: a starting replica of a newer build makes it current,
+	// and from then on no replica of an older build gets a task (docs/architecture.md,
+	// "Upgrading the workflow"). Off: an unversioned worker.
+	WorkerVersioning bool `koanf:"worker_versioning"`
 
 	// TLS and the API key: how the frontend is reached securely (config/tls.go).
 	TLS        TLS    `koanf:"tls"`
@@ -151,6 +156,7 @@ func defaults() map[string]any {
 		// let a 10,000-host burst hold 480 MiB (85-126 MiB at 500). An evicted run's next task replays its ~40 history
 		// events: at 3,000 hosts at once, 400 cost no measurable rate (docs/performance.md)
 		"temporal.workflow_cache_size": 500,
+		"temporal.worker_versioning":   true,
 	}
 }
 

@@ -49,6 +49,11 @@ func TestDefaults(t *testing.T) {
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
+	require.True(t, cfg.Temporal.WorkerVersioning, "the upgrade story: docs/architecture.md")
+	t.Setenv("PROVISIONER_TEMPORAL__WORKER_VERSIONING", "false")
+	cfg, err = Load(writeConfig(t, ""))
+	require.NoError(t, err)
+	require.False(t, cfg.Temporal.WorkerVersioning)
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
