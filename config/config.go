@@ -76,6 +76,11 @@ type Temporal struct {
 	// GRPCCompression of the requests to Temporal: "none" (default) or "gzip". Payloads are
 	// encrypted, so gzip mostly spends CPU on both ends for nothing (docs/performance.md).
 	GRPCCompression string `koanf:"grpc_compression"`
+	// WorkerVersioning puts the worker in a Temporal Worker Deployment named after the task
+	// queue, as the build of its version: a starting replica of a newer build makes it current,
+	// and from then on no replica of an older build gets a task (docs/architecture.md,
+	// "Upgrading the workflow"). Off: an unversioned worker.
+	WorkerVersioning bool `koanf:"worker_versioning"`
 
 	// TLS and the API key: how the frontend is reached securely (config/tls.go).
 	TLS        TLS    `koanf:"tls"`
@@ -164,8 +169,9 @@ func defaults() map[string]any {
 		// a flood of forged startup events or discovery replies starts at most this many runs a
 		// second; at the 15-35 hosts/s measured (docs/performance.md) neither bounds a real fleet,
 		// and the hosts of a burst beyond new_hosts_burst are found by a sweep brought forward
-		"new_hosts_rate":  50,
-		"new_hosts_burst": 500,
+		"new_hosts_rate":             50,
+		"new_hosts_burst":            500,
+		"temporal.worker_versioning": true,
 	}
 }
 

@@ -43,9 +43,10 @@ func main() {
 		"broker":         &brokerCommand{},
 		"bench":          &benchCommand{},
 		"small-fleet":    &smallFleetCommand{},
+		"replica":        &replicaCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"dev", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker", "bench", "small-fleet"} {
+	for _, name := range []string{"dev", "fleet-sim", "fleet-server", "example-helper", "credentials", "broker", "bench", "small-fleet", "replica"} {
 		commands[name].register(app)
 	}
 

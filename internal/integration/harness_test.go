@@ -288,7 +288,13 @@ func (e *env) history(identity string) []*historypb.HistoryEvent {
 // historyOf is the latest run's history of any workflow (the control workflow, for one).
 func (e *env) historyOf(workflowID string) []*historypb.HistoryEvent {
 	e.t.Helper()
-	it := e.client.GetWorkflowHistory(context.Background(), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	return e.runHistory(workflowID, "")
+}
+
+// runHistory is one run's history (runID empty: the latest run's).
+func (e *env) runHistory(workflowID, runID string) []*historypb.HistoryEvent {
+	e.t.Helper()
+	it := e.client.GetWorkflowHistory(context.Background(), workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var events []*historypb.HistoryEvent
 	for it.HasNext() {
 		ev, err := it.Next()

@@ -212,11 +212,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	defer tc.Close()
 
 	if s.opts.Worker {
-		rpcFw := activities.NewSharedFramework(fw)
-		defer rpcFw.Close()
-		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
-			activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
-		stop, err := s.startWorkers(tc, s.workerOptions(), acts)
+		stop, err := s.runWorker(ctx, fw, tc)
 		if err != nil {
 			return err
 		}
@@ -293,23 +289,50 @@ func (s *Service) workerOptions() worker.Options {
 	return wo
 }
 
+// runWorker starts the workers with the service's activities and, with worker versioning,
+// settles this build's place in the deployment before discovery starts; stop stops them.
+func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client.Client) (stop func(), err error) {
+	wo := s.workerOptions()
+	rpcFw := activities.NewSharedFramework(fw)
+	acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
+		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
+	stopWorkers, err := s.startWorkers(tc, wo, acts)
+	if err != nil {
+		rpcFw.Close()
+		return nil, err
+	}
+	if s.cfg.Temporal.WorkerVersioning {
+		s.settleVersion(ctx, tc)
+	} else {
+		s.warnUnversioned(ctx, tc)
+	}
+	return func() { stopWorkers(); rpcFw.Close() }, nil
+}
+
 // startWorkers starts the worker on the task queue and, with helper_rate_limit, the helper
 // worker on the helper task queue, whose dispatch rate Temporal's matching service limits
 // across every process (each takes at most HelperTaskSlots at once); stop stops both.
 func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activities.Activities) (stop func(), err error) {
+	hwo := worker.Options{WorkerStopTimeout: DrainTimeout,
+		MaxConcurrentActivityExecutionSize: HelperTaskSlots(s.cfg.Workers), TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit}
+	if s.cfg.Temporal.WorkerVersioning {
+		// both queues in the one version: a run's helper call goes to the helper workers of its build
+		wo.DeploymentOptions = deploymentOptions(s.cfg.Temporal.TaskQueue, s.opts.Version)
+		hwo.DeploymentOptions = wo.DeploymentOptions
+	}
 	w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 	workflows.Register(w, Policy(s.cfg))
 	acts.Register(w)
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("starting Temporal worker: %w", err)
 	}
-	s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
+	s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace),
+		zap.String("build", wo.DeploymentOptions.Version.BuildID))
 	if s.cfg.HelperRateLimit <= 0 {
 		return w.Stop, nil
 	}
 	hq := workflows.HelperTaskQueue(s.cfg.Temporal.TaskQueue)
-	hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout,
-		MaxConcurrentActivityExecutionSize: HelperTaskSlots(s.cfg.Workers), TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit})
+	hw := worker.New(tc, hq, hwo)
 	acts.Register(hw)
 	if err := hw.Start(); err != nil {
 		w.Stop()
