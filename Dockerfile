@@ -14,8 +14,10 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/ ./cmd/choria-provisioner ./cmd/cho
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
- && useradd --system --home /var/lib/choria-provisioner --create-home choria
+ && groupadd --system --gid 2048 choria \
+ && useradd --system --uid 2048 --gid 2048 --home /var/lib/choria-provisioner --create-home choria
 COPY --from=build /out/choria-provisioner /out/choria-provisioner-dev /out/example-helper /usr/bin/
-USER choria
+# numeric, so a pod's runAsNonRoot can check it; the Helm chart runs as the same 2048:2048
+USER 2048:2048
 ENTRYPOINT ["/usr/bin/choria-provisioner"]
 CMD ["run", "--config", "/site/provisioner.yaml"]

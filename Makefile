@@ -1,7 +1,9 @@
 # The Temporal CLI (dev server + Web UI), the Temporal server and its SQL schema tool live in their
 # own module, tools/go.mod: they cannot share the main module's dependency graph
 # (docs/architecture.md). The server and the sql tool are for the production-shape test
-# (Temporal on PostgreSQL, docs/deployment.md).
+# (Temporal on PostgreSQL, docs/deployment.md); promtool (monitoring/go.mod) for the alert tests.
+# make run builds only what it runs: the Temporal CLI and our binaries. Every tool build goes
+# through scripts/build-step.sh, which says what it builds and how long it takes while it does.
 BIN        := .bin
 PROVISIONER := $(BIN)/choria-provisioner
 DEV        := $(BIN)/choria-provisioner-dev
@@ -10,6 +12,8 @@ TEMPORAL_SERVER := $(BIN)/temporal-server
 TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
 NFPM       := $(BIN)/nfpm
 TEMPORAL_UI_SERVER := $(BIN)/temporal-ui-server
+PROMTOOL   := $(BIN)/promtool
+STEP       := scripts/build-step.sh
 # --version prints both; the packages carry VERSION (scripts/version.sh: from git describe)
 VERSION    ?= $(shell scripts/version.sh)
 COMMIT     ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
@@ -19,38 +23,61 @@ PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build tools package run test test-compose test-unit test-integration test-faults test-faults-scale test-faults-full test-faults-slow test-faults-postgres test-soak lint compose-check bench bench-small-fleet clean
+.PHONY: all deps build binaries tools package run test test-monitoring test-chart test-compose test-unit test-integration test-faults test-faults-scale test-faults-full test-faults-slow test-faults-postgres test-soak lint compose-check bench bench-small-fleet clean
 
 all: build
 
+# With an empty Go build cache each is minutes (on 2 cores busy with other builds, the Temporal CLI
+# and our binaries side by side took 21 min); once cached, seconds. Tools are linked without DWARF (-s -w):
+# it is most of a link, and nobody debugs them; panics still print their stacks.
 $(TEMPORAL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	go -C tools build -o ../$(TEMPORAL) github.com/temporalio/cli/cmd/temporal
+	@$(STEP) "the Temporal CLI (dev server and Web UI)" "once: minutes with an empty Go build cache, seconds after" \
+	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL) github.com/temporalio/cli/cmd/temporal
 
 $(TEMPORAL_SERVER): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	go -C tools build -o ../$(TEMPORAL_SERVER) go.temporal.io/server/cmd/server
+	@$(STEP) "the Temporal server (make test's PostgreSQL test)" "once: minutes with an empty Go build cache, seconds after" \
+	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL_SERVER) go.temporal.io/server/cmd/server
 
 $(TEMPORAL_SQL_TOOL): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	go -C tools build -o ../$(TEMPORAL_SQL_TOOL) go.temporal.io/server/cmd/tools/sql
+	@$(STEP) "temporal-sql-tool (make test's PostgreSQL test)" "once: minutes with an empty Go build cache, seconds after" \
+	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL_SQL_TOOL) go.temporal.io/server/cmd/tools/sql
 
 # the Web UI server on its own (the same module and version the CLI embeds), for the compose
 # stack's temporalio/ui stand-in
 $(TEMPORAL_UI_SERVER): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	go -C tools build -o ../$(TEMPORAL_UI_SERVER) github.com/temporalio/ui-server/v2/cmd/server
+	@$(STEP) "the Temporal Web UI server (make test's compose test)" "once: minutes with an empty Go build cache, seconds after" \
+	  go -C tools build -ldflags "-s -w" -o ../$(TEMPORAL_UI_SERVER) github.com/temporalio/ui-server/v2/cmd/server
 
 $(NFPM): tools/go.mod tools/go.sum
 	@mkdir -p $(BIN)
-	go -C tools build -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
+	@$(STEP) "nfpm (make package)" "once: minutes with an empty Go build cache, seconds after" \
+	  go -C tools build -ldflags "-s -w" -o ../$(NFPM) github.com/goreleaser/nfpm/v2/cmd/nfpm
 
-tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(NFPM)
+# remove_all_sd: promtool without Prometheus' service discovery plugins (a fifth fewer packages to
+# compile); unit-testing rules needs none of them
+$(PROMTOOL): monitoring/go.mod monitoring/go.sum
+	@mkdir -p $(BIN)
+	@$(STEP) "promtool (make test's alert rule tests)" "once: minutes with an empty Go build cache, seconds after" \
+	  go -C monitoring build -mod=mod -tags remove_all_sd -ldflags "-s -w" -o ../$(PROMTOOL) github.com/prometheus/prometheus/cmd/promtool
 
-build: tools
-	go build -ldflags "$(LDFLAGS)" -o $(PROVISIONER) ./cmd/choria-provisioner
-	go build -o $(DEV) ./cmd/choria-provisioner-dev
-	go build -o $(BIN)/example-helper ./cmd/example-helper
+## tools: every tool the tests and packaging use (make run needs only the Temporal CLI)
+tools: $(TEMPORAL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(NFPM) $(PROMTOOL)
+
+## build: what make run runs, the Temporal CLI and our three binaries, built at the same time (-j2:
+## with a warm build cache they are mostly links, each on one core). One go build for our three
+## compiles their shared packages once and links them in parallel, without DWARF as well (a
+## debugger wants its own go build).
+build:
+	@$(MAKE) --no-print-directory -j2 $(TEMPORAL) binaries
+
+binaries:
+	@mkdir -p $(BIN)
+	@$(STEP) "choria-provisioner, choria-provisioner-dev and example-helper" "minutes with an empty Go build cache, seconds after" \
+	  go build -ldflags "-s -w $(LDFLAGS)" -o $(BIN)/ ./cmd/choria-provisioner ./cmd/choria-provisioner-dev ./cmd/example-helper
 
 ## package: $(PKG_DIR)/choria-provisioner_<version>_<arch>.deb and choria-provisioner-<version>-1.<arch>.rpm,
 ## the product binary (static, so one build serves Debian and EL) with its unit, logrotate file and
@@ -73,9 +100,31 @@ run: build
 deps:
 	@scripts/deps.sh
 
-test: deps tools lint compose-check
+test: deps tools lint compose-check test-monitoring
 	$(GO_TEST) $(TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory test-chart
 	$(MAKE) --no-print-directory test-compose
+
+## test-monitoring: the dashboard's and the alert rules' queries parse and name only exported
+## series, and promtool's unit tests of every alert (monitoring/, docs/operations.md). Like the
+## chart's, its module replaces the main module with this checkout (for internal/metrics), so it
+## runs with -mod=mod: a version the main go.mod raises is taken into monitoring/go.mod rather than
+## failing the run (commit what that changes, or go -C monitoring mod tidy after changing go.mod).
+test-monitoring: $(PROMTOOL)
+	go -C monitoring test -mod=mod -count=1 ./...
+	$(PROMTOOL) check rules monitoring/prometheus/alerts.yaml
+	$(PROMTOOL) test rules monitoring/prometheus/alerts_test.yaml
+
+## test-chart: the Helm chart (deploy/helm/choria-provisioner) rendered with Helm's Go module for
+## the default values and the examples, every object decoded strictly into Kubernetes' API types,
+## the pods against the restricted Pod Security Standard, the configuration through config.Load.
+## Its own module, deploy/helm/go.mod: Helm and k8s.io stay out of the product's dependencies.
+## It uses this checkout's config package (a replace of the main module), so a version the main
+## go.mod raises is taken into its go.mod and go.sum here (-mod=mod) rather than failing the run;
+## commit what that changes (or run go -C deploy/helm mod tidy after changing go.mod).
+test-chart:
+	go -C deploy/helm vet -mod=mod ./...
+	$(GO_TEST) -C deploy/helm -mod=mod $(TEST_FLAGS) ./...
 
 ## test-compose: docker-compose.yaml run for real on an engine of the project's own, every image
 ## built here without a registry (scripts/test-compose.sh; needs root; docs/operations.md)
@@ -126,6 +175,7 @@ compose-check:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	go -C monitoring vet -mod=mod ./...
 
 ## bench: the benchmark scenarios (docs/performance.md) on the dev stack with a simulated fleet;
 ## BENCH_SCENARIOS=burst-500,steady-5 selects, BENCH_HOSTS overrides the host counts (not a test);
@@ -133,7 +183,7 @@ lint:
 ## them on the same scenarios in the same invocation and print this build's metrics as ratios
 ## (of the mean of this build's runs before and after theirs: the machine drifts within an invocation);
 ## BENCH_ROUNDS=3 runs every build three times in turns and reports medians and the ratios' range
-BENCH_SCENARIOS ?= burst-500,burst-500-local,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
+BENCH_SCENARIOS ?= burst-500,burst-500-fast,steady-5,flaky-5pct,flaky-5pct-steady,burst-10000
 bench: build
 	$(DEV) bench --scenarios $(BENCH_SCENARIOS) $(if $(BENCH_HOSTS),--hosts $(BENCH_HOSTS)) \
 		$(if $(BENCH_BASELINE),--baseline-bin $(BENCH_BASELINE)) $(if $(BENCH_ORIGINAL),--original-bin $(BENCH_ORIGINAL)) \

@@ -37,7 +37,7 @@ func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, 
 	a := &Activities{
 		fw:      fw,
 		set:     set,
-		helper:  &HelperRunner{Command: set.HelperCommand, Timeout: set.HelperTimeout},
+		helper:  &HelperRunner{Command: set.HelperCommand, Timeout: set.HelperTimeout, Env: set.HelperEnv},
 		signer:  &ServerJWTSigner{SigningKey: set.JWTSigningKey, SigningToken: set.JWTSigningToken, DefaultValidity: set.ServerJWTValidity},
 		metrics: m,
 		log:     log,
@@ -89,10 +89,15 @@ func (a *Activities) Register(r Registry) {
 // identified is an activity input that names its host.
 type identified interface{ HostIdentity() string }
 
-// wrap applies what every activity does around its own work: the busy gauge, the heartbeat,
-// the attempt on the result, and the error's Temporal form, count and log line (finish).
+// wrap applies what every activity does around its own work: the refusal of tasks that are not
+// a host workflow's for its own host (admit), the busy gauge, the heartbeat, the attempt on the
+// result, and the error's Temporal form, count and log line (finish).
 func wrap[I identified, O any](a *Activities, name, step string, fn func(context.Context, I) (O, error)) registration {
 	wrapped := func(ctx context.Context, in I) (O, error) {
+		if err := a.admit(ctx, name, in); err != nil {
+			var zero O
+			return zero, err
+		}
 		done := a.busy()
 		stop := heartbeat(ctx)
 		out, err := fn(ctx, in)

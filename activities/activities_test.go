@@ -7,14 +7,13 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/choria-io/go-choria/inter"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/metrics"
@@ -50,20 +49,13 @@ func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
 	bad := wrap(a, "Broken", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
 		return nil, errors.New("publish failed: nats: connection closed")
 	})
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestActivityEnvironment()
-	env.RegisterActivityWithOptions(ok.wrapped, activity.RegisterOptions{Name: ok.name})
-	env.RegisterActivityWithOptions(bad.wrapped, activity.RegisterOptions{Name: bad.name})
-
-	v, err := env.ExecuteActivity(ok.name, HostInput{Identity: "n1"})
+	res, err := runAs[InventoryResult](t, HostWorkflowType, "provision:n1", ok, HostInput{Identity: "n1"})
 	require.NoError(t, err)
-	var res InventoryResult
-	require.NoError(t, v.Get(&res))
 	require.Equal(t, int32(1), res.Attempt)
 	require.Equal(t, 1.0, busyInside)
 	require.Equal(t, 0.0, testutil.ToFloat64(m.BusyWorkers.WithLabelValues("lab")))
 
-	_, err = env.ExecuteActivity(bad.name, HostInput{Identity: "n1"})
+	_, err = runAs[InventoryResult](t, HostWorkflowType, "provision:n1", bad, HostInput{Identity: "n1"})
 	var app *temporal.ApplicationError
 	require.True(t, errors.As(err, &app), "%v", err)
 	require.Equal(t, ErrTypeRPC, app.Type(), "an unclassified failure is ours or the transport's")
@@ -97,3 +89,29 @@ type fakeConn struct {
 }
 
 func (f *fakeConn) Connected() bool { return f.up }
+
+// silentCaller waits for its context, as a request whose reply never comes.
+type silentCaller struct{}
+
+func (silentCaller) call(ctx context.Context, _, _, _ string, _ map[string]any) ([]*rpcReply, error) {
+	<-ctx.Done()
+	return nil, nil
+}
+
+// An activity cancelled (or timed out) while its request waited is not the host's silence: it
+// must not be a NoReply, which the workflow reads as a restarting or vanished host.
+func TestCancelledRPCIsNotNoReply(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	a := &Activities{set: Settings{RPCTimeout: time.Minute}, fw: &fakeConn{up: true}, caller: silentCaller{}, metrics: m, log: zap.NewNop()}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	_, err = a.rpc(ctx, "n1", "choria_provision", "restart", time.Minute, nil)
+	require.Error(t, err)
+	require.False(t, IsNoReply(err), "%v", err)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// the RPC's own timeout, with the activity alive, is the host's silence
+	_, err = a.rpc(context.Background(), "n1", "choria_provision", "restart", 20*time.Millisecond, nil)
+	require.True(t, IsNoReply(err), "%v", err)
+}

@@ -10,6 +10,14 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
+// The host workflow the activities work for: its registered name (workflows.WorkflowName) and
+// the beginning of its workflow ID, followed by the host's identity (workflows.WorkflowID). A task
+// scheduled by any other workflow, or for another host than its workflow's, is refused (admit).
+const (
+	HostWorkflowType     = "ProvisionHost"
+	HostWorkflowIDPrefix = "provision:"
+)
+
 // Activity names, as registered on the worker and referenced by the workflow.
 const (
 	FetchJWTName       = "FetchJWT"

@@ -8,7 +8,14 @@ import (
 	"time"
 
 	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
+
+	"github.com/choria-temporal/provisioner/internal/textsafe"
 )
+
+// MaxStatusMessageBytes bounds the status message of a host's reply as the activities keep it:
+// the text reaches history, logs and operators' terminals, and it is the host's, so it is also
+// cleaned of control characters and escape sequences (textsafe).
+const MaxStatusMessageBytes = 256
 
 // replyDetails is what the generated clients' ResultDetails have in common.
 type replyDetails interface {
@@ -43,9 +50,14 @@ func (a *Activities) rpc(ctx context.Context, identity, agentName, action string
 		return nil, err
 	}
 	replies, err := a.caller.call(rctx, identity, agentName, action, args)
+	if cerr := ctx.Err(); cerr != nil {
+		// the activity was cancelled or timed out while waiting: not the host's silence
+		return nil, fmt.Errorf("%s to %s: %w", name, identity, cerr)
+	}
 	switch {
 	case errors.Is(err, errUndecodable):
-		err = NewError(ErrTypeBadReply, fmt.Sprintf("%s: %v", name, err), nil)
+		// what could not be decoded is the sender's text
+		err = NewError(ErrTypeBadReply, textsafe.Clean(fmt.Sprintf("%s: %v", name, err), 4*MaxStatusMessageBytes), nil)
 	case err != nil:
 		err = NewError(ErrTypeRPC, fmt.Sprintf("%s: %v", name, err), err) // the request did not go out, or its transport failed
 	default:
@@ -83,7 +95,7 @@ func outputs(name string, r *rpcReply, keys ...string) ([]string, error) {
 // message is the reply of an action whose only output is a message.
 func message(r *rpcReply) *MessageResult {
 	msg, _ := r.data["message"].(string)
-	return &MessageResult{Message: msg}
+	return &MessageResult{Message: textsafe.Clean(msg, MaxStatusMessageBytes)}
 }
 
 // one checks that exactly one reply came, from the addressed host, with an OK status. Silence
@@ -99,7 +111,7 @@ func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	}
 	r := replies[0]
 	if r.Sender() != identity {
-		return NewError(ErrTypeBadReply, fmt.Sprintf("%s: reply from %q to a request addressed to %s", rpc, r.Sender(), identity), nil)
+		return NewError(ErrTypeBadReply, fmt.Sprintf("%s: reply from %q to a request addressed to %s", rpc, textsafe.Clean(r.Sender(), MaxStatusMessageBytes), identity), nil)
 	}
 	if r.OK() {
 		return nil
@@ -109,7 +121,8 @@ func (a *Activities) one(identity, rpc string, replies []replyDetails) error {
 	case msg == provision.LockedError:
 		return NewError(ErrTypeLocked, fmt.Sprintf("%s: %s (another caller holds it)", rpc, msg), nil)
 	case strings.Contains(msg, "not in provisioning mode"):
-		return NewError(ErrTypeNotProvisioning, fmt.Sprintf("%s: %s", rpc, msg), nil)
+		// the host's word alone: stale decides, from Temporal, whether it left provisioning mode
+		return NewError(ErrTypeHostNotProvisioning, fmt.Sprintf("%s: %s", rpc, msg), nil)
 	default:
 		return NewError(ErrTypeAborted, fmt.Sprintf("%s: %s", rpc, msg), nil)
 	}

@@ -9,7 +9,7 @@ import (
 func (a *Activities) Gencsr(ctx context.Context, in HostInput) (*CSRResult, error) {
 	r, err := a.provision(ctx, in.Identity, "gencsr", map[string]any{"token": a.set.Token, "cn": in.Identity})
 	if err != nil {
-		return nil, err
+		return nil, a.stale(ctx, in, err)
 	}
 	out, err := outputs("choria_provision#gencsr", r, "csr", "public_key", "ssldir")
 	if err != nil {

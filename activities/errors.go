@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/choria-temporal/provisioner/internal/codec"
 )
 
 // Error types carried by Temporal application errors, so the workflow and operators can classify
@@ -13,15 +15,21 @@ const (
 	ErrTypeNoReply         = "NoReply"               // the request went out and the host did not answer in time: retryable
 	ErrTypeLocked          = "ProvisioningLocked"    // another caller holds the provisioning lock: retryable
 	ErrTypeAborted         = "RPCAborted"            // the agent refused the request: retryable within budget
-	ErrTypeNotProvisioning = "NotInProvisioningMode" // the server is already provisioned: not retryable
-	ErrTypeBadReply        = "BadReply"              // wrong sender, several replies, undecodable: retryable
-	ErrTypeInvalidJWT      = "InvalidJWT"            // provisioning JWT not signed by the trusted issuer: not retryable
-	ErrTypeBadSignature    = "BadNonceSignature"     // gen25519 signature does not verify: not retryable
-	ErrTypeHelper          = "HelperError"           // helper failed, timed out or printed garbage: retryable
-	ErrTypeSigning         = "SigningError"          // server JWT could not be made: not retryable
-	ErrTypeConfig          = "ConfigError"           // the helper's reply cannot be used: not retryable
-	ErrTypeCSR             = "CSRRejected"           // CSR unparsable, of another name, or denied: not retryable
-	ErrTypeTooLarge        = "InventoryTooLarge"     // the server's inventory exceeds MaxInventoryBytes: not retryable
+	ErrTypeNotProvisioning = "NotInProvisioningMode" // Temporal confirms the server was provisioned after the sighting: not retryable
+	// the server answered that it is not in provisioning mode; on its word alone: retryable
+	// within budget, and the run fails if it persists
+	ErrTypeHostNotProvisioning = "HostSaysNotProvisioning"
+	ErrTypeBadReply            = "BadReply"          // wrong sender, several replies, undecodable: retryable
+	ErrTypeInvalidJWT          = "InvalidJWT"        // provisioning JWT not signed by the trusted issuer: not retryable
+	ErrTypeBadSignature        = "BadNonceSignature" // gen25519 signature does not verify: not retryable
+	ErrTypeHelper              = "HelperError"       // helper failed, timed out or printed garbage: retryable
+	ErrTypeSigning             = "SigningError"      // server JWT could not be made: not retryable
+	ErrTypeConfig              = "ConfigError"       // the helper's reply cannot be used: not retryable
+	ErrTypeCSR                 = "CSRRejected"       // CSR unparsable, of another name, or denied: not retryable
+	ErrTypeTooLarge            = "InventoryTooLarge" // the server's inventory exceeds MaxInventoryBytes: not retryable
+	// a task of another workflow than a host's, for another host, or with a payload that is not
+	// ours (codec): not retryable
+	ErrTypeRefused = codec.ErrTypeRefused
 )
 
 // Sentinel errors, each a distinct reason a user can act on: wrapped by the errors a step
@@ -52,7 +60,8 @@ var (
 
 // nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
 // the workflow's retry policies name them (NonRetryableErrorTypes).
-var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge}
+var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge,
+	ErrTypeRefused}
 
 // NonRetryableErrorTypes lists the error types a retry policy must not retry.
 func NonRetryableErrorTypes() []string { return append([]string(nil), nonRetryable...) }

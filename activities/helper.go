@@ -6,9 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -18,6 +17,7 @@ import (
 const (
 	DefaultHelperStdoutLimit = 4 << 20
 	helperStderrLimit        = 16 << 10
+	helperStderrNote         = 300 // bytes of stderr an error quotes
 )
 
 // HelperRunner runs the site helper with the Choria Provisioner's contract: one JSON object on
@@ -26,6 +26,21 @@ type HelperRunner struct {
 	Command     []string
 	Timeout     time.Duration
 	StdoutLimit int
+	// Env names the variables of this process's environment the helper gets (those set); it
+	// gets no other, so the provisioner's keys (PROVISIONER_CODEC_KEY, the Temporal API key, a
+	// token in the environment) never reach the site's code.
+	Env []string
+}
+
+// environment is the helper's environment: the named variables of this process's, and only them.
+func (h *HelperRunner) environment() []string {
+	env := make([]string, 0, len(h.Env)) // not nil: a nil Env would inherit everything
+	for _, name := range h.Env {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
 }
 
 // Run executes the helper once. On timeout the helper's whole process group is killed, so a shell
@@ -48,6 +63,7 @@ func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// After the kill, stop waiting for pipes that an escaped grandchild may still hold open.
 	cmd.WaitDelay = time.Second
+	cmd.Env = h.environment()
 	cmd.Stdin = bytes.NewReader(in)
 	stdout := &capped{limit: limit, stop: true}
 	stderr := &capped{limit: helperStderrLimit}
@@ -77,68 +93,6 @@ func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error
 	return res, err
 }
 
-// DecodeHelperOutput parses a helper's stdout: exactly one JSON object.
-func DecodeHelperOutput(raw []byte) (*HelperOutput, error) {
-	out := bytes.TrimSpace(raw)
-	if len(out) == 0 {
-		return nil, ErrHelperEmpty
-	}
-	res := &HelperOutput{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	if err := dec.Decode(res); err != nil {
-		return nil, fmt.Errorf("%w: %v (output starts %q)", ErrHelperDecode, err, preview(out))
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object (output starts %q)", ErrHelperDecode, preview(out))
-	}
-	return res, nil
-}
-
-func preview(b []byte) string {
-	const n = 80
-	if len(b) > n {
-		return string(b[:n]) + "..."
-	}
-	return string(b)
-}
-
-func stderrNote(c *capped) string {
-	s := strings.TrimSpace(c.buf.String())
-	if s == "" {
-		return ""
-	}
-	if len(s) > 300 {
-		s = s[:300] + "..."
-	}
-	return "; stderr: " + s
-}
-
-// capped keeps the first limit bytes and drops the rest, remembering that it did. With stop it
-// fails the write instead, which closes the pipe so a runaway helper dies of SIGPIPE at once.
-type capped struct {
-	buf      bytes.Buffer
-	limit    int
-	stop     bool
-	overflow bool
-}
-
-var errOverflow = errors.New("output limit reached")
-
-func (c *capped) Write(p []byte) (int, error) {
-	room := c.limit - c.buf.Len()
-	if len(p) > room {
-		c.buf.Write(p[:max(room, 0)])
-		c.overflow = true
-		if c.stop {
-			return max(room, 0), errOverflow
-		}
-		return len(p), nil
-	}
-	return c.buf.Write(p)
-}
-
-var _ io.Writer = (*capped)(nil)
-
 // HelperSlots bounds the helper runs of one process to workers, whichever task queue brought
 // them: ten at once on two cores each took three to five times as long. A nil *HelperSlots
 // bounds nothing.
@@ -155,12 +109,6 @@ func NewHelperSlots(n int) *HelperSlots {
 // WithHelperSlots bounds the helper runs of these activities (workers).
 func WithHelperSlots(s *HelperSlots) Option { return func(a *Activities) { a.helpers = s } }
 
-// HelperSlotFree says whether a helper call taken now would start at once
-// (workflows.HelperSlots). Several workflow tasks may read the same free slot; the helpers they
-// send here then wait their turn in RunHelper, each for a helper run or two.
-func (s *HelperSlots) HelperSlotFree() bool { return s == nil || len(s.sem) < cap(s.sem) }
-
-// take waits for a slot; release gives it back.
 func (s *HelperSlots) take(ctx context.Context) error {
 	if s == nil {
 		return nil

@@ -111,19 +111,9 @@ func (c *directClient) build(identity, agentName, action string, args map[string
 	if err != nil {
 		return nil, fmt.Errorf("could not encode request: %w", err)
 	}
-	sr := &v2.SecureRequest{Protocol: protocol.SecureRequestV2, MessageBody: rj, Signature: []byte("insecure")}
-	// as v2.NewSecureRequest: unsigned and without a caller JWT only in an insecure build
-	if protocol.IsSecure() {
-		key, token, err := c.creds.current()
-		if err != nil {
-			return nil, fmt.Errorf("the caller's credentials: %w", err)
-		}
-		sr.CallerJWT = string(token)
-		sr.Signature = ed25519.Sign(key, rj)
-	}
-	sj, err := json.Marshal(sr)
+	sj, err := c.secure(rj)
 	if err != nil {
-		return nil, fmt.Errorf("could not encode secure request: %w", err)
+		return nil, err
 	}
 	replyTo := replyTarget(c.collective, c.caller, id)
 	t := &v2.TransportMessage{
@@ -140,6 +130,25 @@ func (c *directClient) build(identity, agentName, action string, args map[string
 		return nil, fmt.Errorf("could not encode transport: %w", err)
 	}
 	return &request{id: id, target: c.collective + ".node." + identity, replyTo: replyTo, data: tj}, nil
+}
+
+// secure wraps a request in its signed envelope, as v2.NewSecureRequest: unsigned and without
+// a caller JWT only in an insecure build.
+func (c *directClient) secure(rj []byte) ([]byte, error) {
+	sr := &v2.SecureRequest{Protocol: protocol.SecureRequestV2, MessageBody: rj, Signature: []byte("insecure")}
+	if protocol.IsSecure() {
+		key, token, err := c.creds.current()
+		if err != nil {
+			return nil, fmt.Errorf("the caller's credentials: %w", err)
+		}
+		sr.CallerJWT = string(token)
+		sr.Signature = ed25519.Sign(key, rj)
+	}
+	sj, err := json.Marshal(sr)
+	if err != nil {
+		return nil, fmt.Errorf("could not encode secure request: %w", err)
+	}
+	return sj, nil
 }
 
 // call subscribes to the request's own reply subject on the shared connection, publishes the

@@ -13,6 +13,8 @@ import (
 	"github.com/choria-io/go-choria/protocol"
 	v2 "github.com/choria-io/go-choria/protocol/v2"
 	rpcclient "github.com/choria-io/go-choria/providers/agent/mcorpc/client"
+
+	"github.com/choria-temporal/provisioner/internal/textsafe"
 )
 
 // replyTarget is go-choria's reply subject for a request (choria.ReplyTarget).
@@ -74,7 +76,7 @@ func (c *directClient) decode(raw []byte, agentName, action, requestID string) (
 
 // newReply is the reply as the generated clients' outputs hold it.
 func newReply(ddls agentDDLs, agentName, action, sender string, r *rpcclient.RPCReply) (*rpcReply, error) {
-	out := &rpcReply{sender: sender, code: int(r.Statuscode), msg: r.Statusmsg, data: map[string]any{}}
+	out := &rpcReply{sender: sender, code: int(r.Statuscode), msg: textsafe.Clean(r.Statusmsg, MaxStatusMessageBytes), data: map[string]any{}}
 	if d, ok := ddls[agentName]; ok {
 		if act, err := d.ActionInterface(action); err == nil {
 			act.SetOutputDefaults(out.data)

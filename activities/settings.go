@@ -16,6 +16,7 @@ type Settings struct {
 	UpgradesRepository string        // upgrades_repository
 	HelperCommand      []string      // helper, split into its arguments
 	HelperTimeout      time.Duration // helper_timeout
+	HelperEnv          []string      // names of the variables the helper gets: config.HelperBaseEnv and helper_env
 	JWTSigningKey      string        // jwt_signing_key
 	JWTSigningToken    string        // jwt_signing_token
 	ServerJWTValidity  time.Duration // server_jwt_validity
@@ -27,6 +28,7 @@ func SettingsFrom(cfg *config.Config) Settings {
 		Site: cfg.Site, Token: cfg.Token, RPCTimeout: cfg.RPCTimeoutDuration,
 		JWTVerifyCert: cfg.JWTVerifyCert, CertDenyList: cfg.CertDenyList, UpgradesRepository: cfg.UpgradesRepository,
 		HelperCommand: cfg.HelperCommand, HelperTimeout: cfg.HelperTimeoutDuration,
+		HelperEnv:     append(append([]string(nil), config.HelperBaseEnv...), cfg.HelperEnv...),
 		JWTSigningKey: cfg.JWTSigningKey, JWTSigningToken: cfg.JWTSigningToken, ServerJWTValidity: cfg.ServerJWTValidityDuration,
 	}
 }

@@ -25,12 +25,15 @@ func WithRunHistory(r RunHistory) Option {
 	return func(a *Activities) { a.runs = r }
 }
 
-// stale turns a first RPC's "no reply" into a non-retryable NotInProvisioningMode error when
-// the host's previous run completed after the sighting that started this run: the host was
-// provisioned and left the provisioning collective, so it will never answer here.
+// stale turns a first read's "no reply" (or the host's own "not in provisioning mode") into a
+// non-retryable NotInProvisioningMode error when the host's previous run completed after the
+// sighting that started this run: the host was provisioned and left the provisioning
+// collective. Temporal's record decides, never the host's word alone: a host that says it is not
+// in provisioning mode while it answers there gets the run's retries and then fails it.
 func (a *Activities) stale(ctx context.Context, in HostInput, err error) error {
 	var app *temporal.ApplicationError
-	if a.runs == nil || in.SeenAt.IsZero() || !IsNoReply(err) || !errors.As(err, &app) {
+	if a.runs == nil || in.SeenAt.IsZero() || !errors.As(err, &app) ||
+		(app.Type() != ErrTypeNoReply && app.Type() != ErrTypeHostNotProvisioning) {
 		return err
 	}
 	info := activity.GetInfo(ctx)

@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/metrics"
 )
 
 type fakeRuns struct {
@@ -29,6 +32,7 @@ func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 	seen := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	noReply := temporal.NewApplicationError("choria_provision#jwt: no reply from n1 within 10s", ErrTypeNoReply)
 	locked := temporal.NewApplicationError("choria_provision#jwt: locked", ErrTypeLocked)
+	hostSays := temporal.NewApplicationError("choria_provision#jwt: Cannot reconfigure a server that is not in provisioning mode", ErrTypeHostNotProvisioning)
 
 	cases := []struct {
 		name     string
@@ -44,6 +48,9 @@ func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 		{"visibility unavailable", &fakeRuns{err: errors.New("rate limited")}, seen, noReply, ErrTypeNoReply, 1},
 		{"not the first RPC", &fakeRuns{closed: seen.Add(time.Second), found: true}, time.Time{}, noReply, ErrTypeNoReply, 0},
 		{"the host answered", &fakeRuns{closed: seen.Add(time.Second), found: true}, seen, locked, ErrTypeLocked, 0},
+		// a host's own "not in provisioning mode" counts only with Temporal's record
+		{"the host says so, provisioned after", &fakeRuns{closed: seen.Add(5 * time.Second), found: true}, seen, hostSays, ErrTypeNotProvisioning, 1},
+		{"the host says so, no earlier run", &fakeRuns{}, seen, hostSays, ErrTypeHostNotProvisioning, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -66,4 +73,30 @@ func TestStaleSightingNeedsAnEarlierRunCompletedAfterIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every read that carries the sighting time recognises a stale sighting (gencsr once did not).
+func TestEveryFirstReadRecognisesAStaleSighting(t *testing.T) {
+	seen := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	asked := 0
+	a := &Activities{set: Settings{RPCTimeout: 10 * time.Millisecond}, fw: &fakeConn{up: true}, caller: silentCaller{}, metrics: m,
+		log: zap.NewNop(), runs: fakeRuns{closed: seen.Add(time.Second), found: true, asked: &asked}}
+	reads := map[string]func(context.Context, HostInput) error{
+		StepJWT:       func(ctx context.Context, in HostInput) error { _, err := a.FetchJWT(ctx, in); return err },
+		StepGen25519:  func(ctx context.Context, in HostInput) error { _, err := a.Gen25519(ctx, in); return err },
+		StepGencsr:    func(ctx context.Context, in HostInput) error { _, err := a.Gencsr(ctx, in); return err },
+		StepInventory: func(ctx context.Context, in HostInput) error { _, err := a.Inventory(ctx, in); return err },
+	}
+	for step, read := range reads {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		env.RegisterActivityWithOptions(read, activity.RegisterOptions{Name: "read"})
+		_, err := env.ExecuteActivity("read", HostInput{Identity: "n1", SeenAt: seen})
+		var app *temporal.ApplicationError
+		require.True(t, errors.As(err, &app), "%s: %v", step, err)
+		require.Equal(t, ErrTypeNotProvisioning, app.Type(), step)
+	}
+	require.Equal(t, len(reads), asked)
 }

@@ -30,6 +30,13 @@ const EnvPrefix = "PROVISIONER_"
 // temporal.codec_key_file. It is read directly, so a key can never be written inline in YAML.
 const CodecKeyEnv = "PROVISIONER_CODEC_KEY"
 
+// HelperBaseEnv are the variables of the provisioner's environment every helper gets (when set):
+// what interpreters and the tools they call need to run, and nothing that could be a secret.
+// helper_env names more; the helper gets no other variable of the provisioner's.
+var HelperBaseEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // ErrInvalid wraps every validation failure so callers can tell bad configuration from I/O errors.
 var ErrInvalid = errors.New("invalid configuration")
 
@@ -51,13 +58,12 @@ type Temporal struct {
 	CodecKeyFile string `koanf:"codec_key_file"`
 	// Plaintext turns the payload codec off; for debugging only.
 	Plaintext bool `koanf:"plaintext"`
-	// LocalActivities runs the cheap, repeatable reads (jwt, gen25519, inventory, sign) as local
-	// activities: fewer history events and workflow tasks, but those steps are then recorded as
-	// markers, not as activities, in the Web UI.
+	// LocalActivities is accepted and means FastMode: one switch for speed (a warning says so).
 	LocalActivities bool `koanf:"local_activities"`
-	// FastMode runs every step as a local activity: one or two workflow tasks per host, but the
-	// Web UI shows markers, not activities, and a worker that dies mid-host repeats the host's
-	// steps since its last completed workflow task (docs/performance.md, fast mode).
+	// FastMode runs the steps as local activities, configure and restart excepted: two workflow
+	// tasks per host, but the Web UI shows markers, not activities, for the local ones, and a
+	// worker that dies mid-host repeats the host's reads and helper call since its last completed
+	// workflow task (docs/performance.md, fast mode).
 	FastMode bool `koanf:"fast_mode"`
 	// Worker tuning; 0 keeps the Temporal SDK's default.
 	ActivityPollers         int `koanf:"activity_pollers"`
@@ -87,6 +93,9 @@ type Config struct {
 	Helper                     string         `koanf:"helper"`            // command line, split with shell quoting rules
 	HelperTimeout              string         `koanf:"helper_timeout"`    // ours: default 10s like the Choria Provisioner
 	HelperRateLimit            float64        `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
+	NewHostsRate               float64        `koanf:"new_hosts_rate"`    // ours: sightings per second discovery may hand to Temporal, 0 unlimited
+	NewHostsBurst              int            `koanf:"new_hosts_burst"`   // ours: ... at once, beyond the rate
+	HelperEnv                  []string       `koanf:"helper_env"`        // ours: environment variables the helper gets beside HelperBaseEnv
 	RPCTimeout                 string         `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
 	DeferDelay                 string         `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
 	Token                      string         `koanf:"token"`             // provisioning token; stays in worker config, never in history
@@ -152,6 +161,11 @@ func defaults() map[string]any {
 		// let a 10,000-host burst hold 480 MiB (85-126 MiB at 500). An evicted run's next task replays its ~40 history
 		// events: at 3,000 hosts at once, 400 cost no measurable rate (docs/performance.md)
 		"temporal.workflow_cache_size": 500,
+		// a flood of forged startup events or discovery replies starts at most this many runs a
+		// second; at the 15-35 hosts/s measured (docs/performance.md) neither bounds a real fleet,
+		// and the hosts of a burst beyond new_hosts_burst are found by a sweep brought forward
+		"new_hosts_rate":  50,
+		"new_hosts_burst": 500,
 	}
 }
 
@@ -217,9 +231,32 @@ func invalid(key string, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...))
 }
 
-func (c *Config) validate() error {
-	var err error
+// validateRates checks the rates that bound what the fleet can make the provisioner do.
+func (c *Config) validateRates() error {
+	if c.HelperRateLimit < 0 {
+		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
+	}
+	if c.NewHostsRate < 0 {
+		return invalid("new_hosts_rate", "%v is negative; 0 means unlimited", c.NewHostsRate)
+	}
+	if c.NewHostsRate > 0 && c.NewHostsBurst < 1 {
+		return invalid("new_hosts_burst", "%d: at least 1 with new_hosts_rate %v", c.NewHostsBurst, c.NewHostsRate)
+	}
+	return nil
+}
 
+func (c *Config) validate() error {
+	for _, check := range []func() error{c.validateDurations, c.validateNames, c.validateLimits, c.validateFeatures, c.validateHelper} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return c.validateTemporal()
+}
+
+// validateDurations parses the durations, with the Choria Provisioner's defaults.
+func (c *Config) validateDurations() error {
+	var err error
 	if c.IntervalDuration, err = ParseDuration(c.Interval); err != nil {
 		return invalid("interval", "%v", err)
 	}
@@ -241,7 +278,11 @@ func (c *Config) validate() error {
 	if c.ServerJWTValidityDuration, err = ParseDuration(c.ServerJWTValidity); err != nil || c.ServerJWTValidityDuration <= 0 {
 		return invalid("server_jwt_validity", "%q is not a positive duration", c.ServerJWTValidity)
 	}
+	return nil
+}
 
+// validateNames checks the log level and the lifecycle component.
+func (c *Config) validateNames() error {
 	// logrus's names, any case, as go-choria's logger took them; garbage is refused (the Choria
 	// Provisioner quietly logged at warn)
 	switch lvl := strings.ToLower(strings.TrimSpace(c.Loglevel)); lvl {
@@ -265,6 +306,11 @@ func (c *Config) validate() error {
 	if strings.ContainsAny(c.LifecycleComponent, ".>* \t\r\n") {
 		return invalid("lifecycle_component", "%q must not contain '.', '>', '*' or spaces", c.LifecycleComponent)
 	}
+	return nil
+}
+
+// validateLimits checks the counts, rates and ports.
+func (c *Config) validateLimits() error {
 	// as the Choria Provisioner: how many hosts one process works on at once, the number of CPUs
 	// unless set; here it bounds the helper runs, the step that runs the site's own code
 	if c.Workers < 0 {
@@ -273,8 +319,8 @@ func (c *Config) validate() error {
 	if c.Workers == 0 {
 		c.Workers = runtime.NumCPU()
 	}
-	if c.HelperRateLimit < 0 {
-		return invalid("helper_rate_limit", "%v is negative; 0 means unlimited", c.HelperRateLimit)
+	if err := c.validateRates(); err != nil {
+		return err
 	}
 	for key, v := range map[string]int{"temporal.activity_pollers": c.Temporal.ActivityPollers,
 		"temporal.workflow_pollers": c.Temporal.WorkflowPollers, "temporal.max_concurrent_activities": c.Temporal.MaxConcurrentActivities,
@@ -286,7 +332,11 @@ func (c *Config) validate() error {
 	if c.MonitorPort < 0 || c.MonitorPort > 65535 {
 		return invalid("monitor_port", "%d is not a port number", c.MonitorPort)
 	}
+	return nil
+}
 
+// validateFeatures checks what each feature needs: keys to sign and verify with.
+func (c *Config) validateFeatures() error {
 	if c.Features.PKI && c.Features.ED25519 {
 		return invalid("features", "pki and ed25519 are mutually exclusive")
 	}
@@ -323,7 +373,12 @@ func (c *Config) validate() error {
 		}
 		c.Warnings = append(c.Warnings, "features.upgrades is on without upgrades_repository: hosts the helper asks to upgrade "+then)
 	}
+	return nil
+}
 
+// validateHelper checks the helper command and the certificate deny list.
+func (c *Config) validateHelper() error {
+	var err error
 	if len(c.CertDenyList) == 0 {
 		c.CertDenyList = DefaultCertDenyList
 	}
@@ -339,11 +394,31 @@ func (c *Config) validate() error {
 	if c.HelperCommand, err = SplitHelper(c.Helper); err != nil {
 		return invalid("helper", "%v", err)
 	}
+	if err := c.validateHelperEnv(); err != nil {
+		return err
+	}
 
 	return c.validateTemporal()
 }
 
+// validateHelperEnv refuses names that are not variable names, and the provisioner's own.
+func (c *Config) validateHelperEnv() error {
+	for _, name := range c.HelperEnv {
+		if !envName.MatchString(name) {
+			return invalid("helper_env", "%q is not an environment variable name", name)
+		}
+		if strings.HasPrefix(strings.ToUpper(name), EnvPrefix) {
+			return invalid("helper_env", "%s is the provisioner's own (%s*: its keys and settings), never the helper's", name, EnvPrefix)
+		}
+	}
+	return nil
+}
+
 func (c *Config) validateTemporal() error {
+	if c.Temporal.LocalActivities && !c.Temporal.FastMode {
+		c.Temporal.FastMode = true
+		c.Warnings = append(c.Warnings, "temporal.local_activities is folded into temporal.fast_mode: fast mode is on")
+	}
 	if !c.Temporal.Plaintext && c.Temporal.CodecKeyFile == "" && os.Getenv(CodecKeyEnv) == "" {
 		return invalid("temporal.codec_key_file", "required (or %s, or temporal.plaintext: true): payloads carry secrets", CodecKeyEnv)
 	}
@@ -438,12 +513,4 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("invalid duration %q", s)
 	}
 	return d, nil
-}
-
-// HelperTaskQueue is where helper calls go: a task queue of their own, which each process polls
-// with at most workers helper runs at once (so a busy process leaves the next host's helper to
-// one with room), and whose dispatch rate Temporal's matching service limits across every
-// worker when helper_rate_limit is set.
-func (c *Config) HelperTaskQueue() string {
-	return c.Temporal.TaskQueue + "-helper"
 }

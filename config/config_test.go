@@ -48,8 +48,9 @@ func TestDefaults(t *testing.T) {
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
-	require.Equal(t, "choria-provisioner-helper", cfg.HelperTaskQueue())
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
+	require.Equal(t, 50.0, cfg.NewHostsRate, "a flood of forged sightings is bounded by default")
+	require.Equal(t, 500, cfg.NewHostsBurst)
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.
@@ -126,6 +127,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"temporal: {plaintext: true, grpc_compression: brotli}\n": "temporal.grpc_compression",
 		"workers: -1\n":                                           "workers",
 		"temporal: {plaintext: true, workflow_cache_size: -1}\n":  "temporal.workflow_cache_size",
+		"new_hosts_rate: -1\n":                                    "new_hosts_rate",
+		"new_hosts_rate: 5\nnew_hosts_burst: 0\n":                 "new_hosts_burst",
 	}
 	for body, key := range cases {
 		_, err := Load(writeConfig(t, body))
@@ -243,5 +246,26 @@ func TestWhatTheChoriaProvisionerAcceptedLoads(t *testing.T) {
 		cfg, err := Load(writeConfig(t, body))
 		require.NoError(t, err, body)
 		check(t, cfg)
+	}
+}
+
+// temporal.local_activities, one of two speed switches once, means fast_mode now, and says so.
+func TestLocalActivitiesMeansFastMode(t *testing.T) {
+	cfg := &Config{Temporal: Temporal{LocalActivities: true, Plaintext: true, Address: "127.0.0.1:7233", Namespace: "default", TaskQueue: "tq"}}
+	require.NoError(t, cfg.validateTemporal())
+	require.True(t, cfg.Temporal.FastMode)
+	require.Len(t, cfg.Warnings, 1)
+	require.Contains(t, cfg.Warnings[0], "fast_mode")
+}
+
+// helper_env names more variables for the helper; the provisioner's own are never among them.
+func TestHelperEnv(t *testing.T) {
+	cfg, err := Load(writeConfig(t, "helper_env: [SITE_CMDB_URL, http_proxy]\n"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"SITE_CMDB_URL", "http_proxy"}, cfg.HelperEnv)
+	for _, bad := range []string{"PROVISIONER_CODEC_KEY", "provisioner_temporal__api_key", "NOT-A-NAME", "A=B", ""} {
+		_, err := Load(writeConfig(t, "helper_env: ['"+bad+"']\n"))
+		require.ErrorIs(t, err, ErrInvalid, bad)
+		require.Contains(t, err.Error(), "helper_env", bad)
 	}
 }

@@ -1,5 +1,5 @@
-// Package docs holds the project's documentation; its test checks that every link between the
-// documents resolves.
+// Package docs holds the project's documentation; its tests check that every link between the
+// documents resolves and that the files and Go names the documents mention exist.
 package docs
 
 import (
@@ -40,10 +40,9 @@ func anchors(t *testing.T, file string) map[string]bool {
 	return out
 }
 
-// Every relative link in the repository's Markdown points at a file that exists and, with a
-// fragment, at a heading of that file.
-func TestEveryDocLinkResolves(t *testing.T) {
-	root := ".."
+// repoFiles walks the repository (hidden directories and node_modules left out) and returns the
+// files whose names end with suffix.
+func repoFiles(t *testing.T, root, suffix string) []string {
 	var files []string
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -52,7 +51,7 @@ func TestEveryDocLinkResolves(t *testing.T) {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && p != root || d.Name() == "node_modules") {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+		if !d.IsDir() && strings.HasSuffix(p, suffix) {
 			files = append(files, p)
 		}
 		return nil
@@ -60,9 +59,23 @@ func TestEveryDocLinkResolves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return files
+}
+
+// markdownFiles are the repository's Markdown files.
+func markdownFiles(t *testing.T, root string) []string {
+	files := repoFiles(t, root, ".md")
 	if len(files) < 5 {
 		t.Fatalf("found only %d Markdown files under %s", len(files), root)
 	}
+	return files
+}
+
+// Every relative link in the repository's Markdown points at a file that exists and, with a
+// fragment, at a heading of that file.
+func TestEveryDocLinkResolves(t *testing.T) {
+	root := ".."
+	files := markdownFiles(t, root)
 	checked := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -67,7 +67,9 @@ iptables -C "${rule_tcp[@]}" 2>/dev/null || iptables -I "${rule_tcp[@]}"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export COMPOSE_PROJECT_NAME=choria-provisioner-test
-export DEMO_TEMPORAL_PORT DEMO_UI_PORT DEMO_METRICS_PORT DEMO_CODEC_PORT
+export DEMO_TEMPORAL_PORT DEMO_UI_PORT DEMO_METRICS_PORT DEMO_CODEC_PORT DEMO_UID
+# the test's browser runs as this user: the codec server's dev mode serves that user's processes
+DEMO_UID=$(id -u)
 DEMO_TEMPORAL_PORT=$(free_port) DEMO_UI_PORT=$(free_port) DEMO_METRICS_PORT=$(free_port) DEMO_CODEC_PORT=$(free_port)
 
 # what an interrupted run may have left (the test itself checks that down -v leaves nothing)

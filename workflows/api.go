@@ -3,23 +3,24 @@
 package workflows
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/choria-temporal/provisioner/activities"
 )
 
 // WorkflowName is the registered name of ProvisionHost.
-const WorkflowName = "ProvisionHost"
-
-// SeenSignal is sent at every sighting of a host (discovery sweep or startup event); a running
-// workflow absorbs it, a closed one is replaced by a new run (signal-with-start).
-const SeenSignal = "seen"
+const WorkflowName = activities.HostWorkflowType
 
 // StatusQuery returns the workflow's Status.
 const StatusQuery = "status"
@@ -39,20 +40,7 @@ const (
 )
 
 // workflowIDPrefix begins the workflow ID of every host.
-const workflowIDPrefix = "provision:"
-
-// HelperSlots is what a worker process tells the runs it works on about its helper calls.
-type HelperSlots interface {
-	// HelperSlotFree: a helper call this process took now would start at once.
-	HelperSlotFree() bool
-}
-
-// HostWorkflow is ProvisionHost bound to the process that registers it.
-type HostWorkflow struct {
-	// Helpers nil: every helper call goes to the helper task queue, as a process with
-	// helper_rate_limit registers it (Temporal paces that queue alone)
-	Helpers HelperSlots
-}
+const workflowIDPrefix = activities.HostWorkflowIDPrefix
 
 // WorkflowID is the one workflow ID of a host: it depends on the identity alone, so every replica
 // and every sighting addresses the same workflow.
@@ -112,32 +100,6 @@ var (
 	OutcomeKey  = temporal.NewSearchAttributeKeyKeyword("ProvisionOutcome")
 )
 
-// StartSearchAttributes are a new run's search attributes, set by whoever starts it so that the
-// run need not upsert them itself (each upsert is a history event and a visibility write).
-func StartSearchAttributes(in ProvisionInput) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(IdentityKey.ValueSet(in.Identity), SiteKey.ValueSet(in.Site), OutcomeKey.ValueSet(OutcomeRunning))
-}
-
-// FastModeTaskTimeout is the workflow task timeout of a fast-mode run. Its one workflow task runs
-// every step as a local activity; under load a task that overran Temporal's default 10 s (before
-// the SDK's heartbeat at 80 % of it reached the server) was timed out and its next attempt ran
-// the steps again, configure included (2,810 hosts configured twice at 50,000 hosts in
-// docs/performance.md). The price: a worker killed mid-host leaves its fast-mode hosts for this
-// long before another worker runs them again.
-const FastModeTaskTimeout = 30 * time.Second
-
-// DefaultTaskTimeout is Temporal's workflow task timeout, which a run started with none gets.
-const DefaultTaskTimeout = 10 * time.Second
-
-// TaskTimeout is the workflow task timeout a run of in is started with (0: Temporal's default,
-// DefaultTaskTimeout).
-func TaskTimeout(in ProvisionInput) time.Duration {
-	if in.Fast {
-		return FastModeTaskTimeout
-	}
-	return 0
-}
-
 // SearchAttributeNames lists the custom search attributes to register on a namespace.
 func SearchAttributeNames() []string {
 	return []string{IdentityKey.GetName(), SiteKey.GetName(), StepKey.GetName(), OutcomeKey.GetName()}
@@ -169,7 +131,7 @@ const (
 	StepDone      = "done"
 )
 
-// Features select the optional steps; they come from the starter's configuration.
+// Features select the optional steps (the Choria Provisioner's features).
 type Features struct {
 	JWT      bool `json:"jwt"`
 	ED25519  bool `json:"ed25519"`
@@ -179,6 +141,59 @@ type Features struct {
 	UpgradesOptional bool `json:"upgrades_optional,omitempty"`
 }
 
+// Policy is everything the worker's own configuration decides about a run: which checks run,
+// where the helper goes, how long a deferred host waits. A run takes it from the worker that
+// runs its first workflow task and records it in its history (a side effect), so that neither
+// its input nor a later configuration change can alter a run under way.
+type Policy struct {
+	Site         string        `json:"site"`
+	Features     Features      `json:"features"`
+	DeferDelay   time.Duration `json:"defer_delay"`
+	MaxDefers    int           `json:"max_defers"`
+	RestartSplay int           `json:"restart_splay"`
+	// Fast runs the steps as local activities (temporal.fast_mode), configure and restart excepted.
+	Fast bool `json:"fast,omitempty"`
+	// HelperQueue sends helper calls to the run's helper task queue (HelperTaskQueue), which
+	// Temporal paces fleet-wide (helper_rate_limit); otherwise they stay on the run's own queue.
+	HelperQueue bool `json:"helper_queue,omitempty"`
+}
+
+// withDefaults fills what the configuration left zero.
+func (p Policy) withDefaults() Policy {
+	if p.DeferDelay <= 0 {
+		p.DeferDelay = DefaultDeferDelay
+	}
+	if p.MaxDefers <= 0 {
+		p.MaxDefers = DefaultMaxDefers
+	}
+	if p.RestartSplay <= 0 {
+		p.RestartSplay = DefaultRestartSplay
+	}
+	return p
+}
+
+// HostWorkflow is ProvisionHost bound to the policy of the worker that registers it.
+type HostWorkflow struct {
+	Policy Policy
+}
+
+// Registry is where workflows are registered: a worker, a replayer, a test environment.
+type Registry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+}
+
+// Register registers ProvisionHost bound to p, and ProvisionerControl: the one registration the
+// service, the replayer and the tests share.
+func Register(r Registry, p Policy) {
+	r.RegisterWorkflowWithOptions(HostWorkflow{Policy: p}.ProvisionHost, workflow.RegisterOptions{Name: WorkflowName})
+	r.RegisterWorkflowWithOptions(ProvisionerControl, workflow.RegisterOptions{Name: ControlWorkflowName})
+}
+
+// HelperTaskQueue is the task queue of the helper calls of runs on taskQueue. It is derived from
+// the run's own queue, never read from its input: a run cannot send its helper call to a queue
+// that someone else polls.
+func HelperTaskQueue(taskQueue string) string { return taskQueue + "-helper" }
+
 // Sources of a sighting.
 const (
 	SourceDiscovery = "discovery"
@@ -186,50 +201,114 @@ const (
 	SourceOperator  = "operator"
 )
 
-// Sighting is the payload of SeenSignal.
-type Sighting struct {
-	Source string    `json:"source"`
-	At     time.Time `json:"at"`
-}
-
-// ProvisionInput starts a host's workflow. It carries no secret.
+// ProvisionInput starts a host's workflow. It names the host and the sighting, and nothing
+// else: whatever bears on trust or on the run's shape is the worker's Policy. An input with any
+// other field is refused (ErrForeignInput), so that a client of the namespace cannot ask a run
+// for something the configuration did not.
 type ProvisionInput struct {
-	Identity     string        `json:"identity"`
-	Site         string        `json:"site"`
-	Features     Features      `json:"features"`
-	Source       string        `json:"source"`
-	DeferDelay   time.Duration `json:"defer_delay"`
-	MaxDefers    int           `json:"max_defers"`
-	RestartSplay int           `json:"restart_splay"`
-	// Defers already spent by earlier runs of a continued-as-new workflow.
-	Defers int `json:"defers"`
+	Identity string `json:"identity"`
+	Source   string `json:"source"`
 	// SeenAt is when the sighting that started this run was made (zero from operators): the
-	// first RPC uses it to recognise a stale sighting of a host provisioned since.
+	// first reads use it to recognise a stale sighting of a host provisioned since.
 	SeenAt time.Time `json:"seen_at,omitzero"`
-	// LocalReads runs jwt, gen25519, inventory and sign as local activities (temporal.local_activities).
-	LocalReads bool `json:"local_reads,omitempty"`
-	// HelperTaskQueue, when set, is the rate-limited task queue of helper calls (helper_rate_limit).
-	HelperTaskQueue string `json:"helper_task_queue,omitempty"`
-	// Version is the command sequence the starter asks for (CurrentVersion); zero for runs
-	// started before it was carried here, which replay with their GetVersion markers.
-	Version int `json:"version,omitempty"`
-	// Fast runs every step as a local activity (temporal.fast_mode; Version 2 and later).
-	Fast bool `json:"fast,omitempty"`
+	// Defers already spent by earlier runs of a continued-as-new workflow.
+	Defers int `json:"defers,omitempty"`
 }
 
-// Versions of the workflow's command sequence. A version in the input costs a new run nothing,
-// where each workflow.GetVersion records a marker and upserts TemporalChangeVersion.
-const (
-	// VersionMarkers: changes guarded by GetVersion markers (runs started before Version existed)
-	VersionMarkers = 0
-	// VersionLean: the reads scheduled together, sign a local activity, no markers and no
-	// restart-grace timer (discovery judges late sightings by the result's RestartedAt)
-	VersionLean = 2
-	// CurrentVersion is what starters put in new runs' input.
-	CurrentVersion = VersionLean
-)
+// ErrForeignInput is the refusal of a run's input that is not what a starter of ours writes.
+var ErrForeignInput = errors.New("refused input")
 
-// Defaults for inputs left zero.
+// UnmarshalJSON decodes strictly: an unknown field is an error, which fails the run before
+// its first step.
+func (in *ProvisionInput) UnmarshalJSON(b []byte) error {
+	type plain ProvisionInput // without this method
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("%w: %v: a run's input names the host and the sighting only", ErrForeignInput, err)
+	}
+	*in = ProvisionInput(p)
+	return nil
+}
+
+// Starter is what every starter of host runs (discovery, the operator CLI) takes from its own
+// configuration.
+type Starter struct {
+	TaskQueue string
+	Site      string
+	Fast      bool // temporal.fast_mode: a longer workflow task timeout
+}
+
+// Options are the start options of a new run of in's host: the workflow ID, the search
+// attributes and the summary the Web UI lists it with. A closed workflow gets a new run (the
+// host is back in provisioning mode) and an open one is left alone; the operator CLI narrows both.
+func (s Starter) Options(in ProvisionInput) client.StartWorkflowOptions {
+	o := client.StartWorkflowOptions{
+		ID:                       WorkflowID(in.Identity),
+		TaskQueue:                s.TaskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes:    StartSearchAttributes(in.Identity, s.Site),
+		StaticSummary:            Summary(in.Identity, s.Site, in.Source),
+		StaticDetails:            startDetails(in),
+	}
+	if s.Fast {
+		o.WorkflowTaskTimeout = FastModeTaskTimeout
+	}
+	return o
+}
+
+// RetryOptions are the start options of an operator's retry of in's host: a new run only when
+// the host's latest run failed (or was canceled, terminated or timed out), and an error, not the
+// open run, when one is at work.
+func (s Starter) RetryOptions(in ProvisionInput) client.StartWorkflowOptions {
+	o := s.Options(in)
+	o.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	o.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED
+	o.WorkflowExecutionErrorWhenAlreadyStarted = true
+	return o
+}
+
+// DefaultTaskTimeout is Temporal's workflow task timeout, which a run started with none gets.
+const DefaultTaskTimeout = 10 * time.Second
+
+// TaskTimeout is the workflow task timeout of the runs s starts.
+func (s Starter) TaskTimeout() time.Duration {
+	if s.Fast {
+		return FastModeTaskTimeout
+	}
+	return DefaultTaskTimeout
+}
+
+// Summary is a run's one line in the Web UI's workflow list.
+func Summary(identity, site, source string) string {
+	if site == "" {
+		return fmt.Sprintf("%s · found by %s", identity, source)
+	}
+	return fmt.Sprintf("%s · site %s · found by %s", identity, site, source)
+}
+
+func startDetails(in ProvisionInput) string {
+	if in.SeenAt.IsZero() {
+		return fmt.Sprintf("Started by %s.", in.Source)
+	}
+	return fmt.Sprintf("Sighted by %s at %s.", in.Source, in.SeenAt.UTC().Format(time.RFC3339))
+}
+
+// StartSearchAttributes are a new run's search attributes, set by whoever starts it so that the
+// run need not upsert them itself (each upsert is a history event and a visibility write).
+func StartSearchAttributes(identity, site string) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(IdentityKey.ValueSet(identity), SiteKey.ValueSet(site), OutcomeKey.ValueSet(OutcomeRunning))
+}
+
+// FastModeTaskTimeout is the workflow task timeout of a fast-mode run. Its first workflow task
+// runs every read, the helper and the signing as local activities; under load a task that overran
+// Temporal's default 10 s was timed out and its next attempt ran those steps again. The price: a
+// worker killed mid-host leaves its fast-mode hosts for this long before another worker runs them.
+const FastModeTaskTimeout = 30 * time.Second
+
+// Defaults for a policy's zero values.
 const (
 	DefaultDeferDelay   = 30 * time.Second
 	DefaultMaxDefers    = 120
@@ -261,8 +340,8 @@ type Status struct {
 	HelperDecision string       `json:"helper_decision,omitempty"`
 	HelperMessage  string       `json:"helper_message,omitempty"`
 	Defers         int          `json:"defers"`
-	Sightings      int          `json:"sightings"`
-	LastSeen       time.Time    `json:"last_seen"`
+	Source         string       `json:"source"`           // how the run's sighting was made
+	SeenAt         time.Time    `json:"seen_at,omitzero"` // when (zero from operators)
 	ServerVersion  string       `json:"server_version,omitempty"`
 	Upgraded       string       `json:"upgraded,omitempty"` // version the server was upgraded to
 	Timeline       []StepRecord `json:"timeline"`

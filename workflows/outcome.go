@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -15,17 +14,17 @@ import (
 // policy outcome; its message names the step and the reason.
 const ErrTypeProvisionFailed = "ProvisionFailed"
 
-// stale is true when the very first RPC found the server already out of provisioning mode: the
-// sighting that started this run is older than the server's last restart.
-func (p *provisioner) stale(err error) bool {
+// staleSighting is true when a read that carried the sighting time found the server out of
+// provisioning mode and Temporal confirms it: an earlier run of the host completed after the
+// sighting that started this one (activities.RunHistory). A host's own word is never enough.
+func staleSighting(err error) bool {
+	var se *stepError
+	return errors.As(err, &se) && se.stale
+}
+
+func notProvisioning(err error) bool {
 	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != activities.ErrTypeNotProvisioning {
-		return false
-	}
-	if p.lean() {
-		return p.firstReadsFailed
-	}
-	return p.stepRuns == 1
+	return errors.As(err, &app) && app.Type() == activities.ErrTypeNotProvisioning
 }
 
 func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
@@ -35,20 +34,20 @@ func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
 	p.status.Message = "deferred by the helper: " + msg
 	p.log.Info("helper deferred the host", "msg", msg, "defers", p.status.Defers)
 
-	if p.status.Defers >= p.in.MaxDefers {
+	if p.status.Defers >= p.policy.MaxDefers {
 		return p.fail(ctx, fmt.Errorf("the helper deferred the host %d times, the limit", p.status.Defers))
 	}
 	if err := p.upsert(ctx, StepKey.ValueSet(StepDeferred), OutcomeKey.ValueSet(OutcomeDeferred)); err != nil {
 		return err
 	}
-	if err := workflow.Sleep(ctx, p.in.DeferDelay); err != nil {
+	until := workflow.Now(ctx).Add(p.policy.DeferDelay).UTC().Format("15:04:05 MST")
+	why := fmt.Sprintf("deferred by the helper until %s (%d of at most %d): %s", until, p.status.Defers, p.policy.MaxDefers, msg)
+	p.details(ctx, why)
+	if err := p.sleep(ctx, p.policy.DeferDelay, why); err != nil {
 		return err
 	}
 	if p.status.Defers-p.in.Defers >= continueAsNewDefers {
-		next := p.in
-		next.Defers = p.status.Defers
-		next.Source = SourceDiscovery
-		next.SeenAt = time.Time{}
+		next := ProvisionInput{Identity: p.in.Identity, Source: SourceDiscovery, Defers: p.status.Defers}
 		return workflow.NewContinueAsNewError(ctx, WorkflowName, next) // by name: workers register a method value
 	}
 	p.status.Outcome = OutcomeRunning
@@ -63,9 +62,10 @@ func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*Provis
 		return nil, err
 	}
 	p.log.Info("host finished", "outcome", outcome)
+	p.details(ctx, outcome+": "+msg)
 	res := &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}
 	if !p.restartedAt.IsZero() {
-		res.RestartedAt, res.RestartSplay = p.restartedAt, p.in.RestartSplay
+		res.RestartedAt, res.RestartSplay = p.restartedAt, p.policy.RestartSplay
 	}
 	return res, nil
 }
@@ -80,13 +80,14 @@ func (p *provisioner) fail(ctx workflow.Context, err error) error {
 	p.status.Outcome = OutcomeFailed
 	p.status.Message = reason(err)
 	updates := []temporal.SearchAttributeUpdate{OutcomeKey.ValueSet(OutcomeFailed)}
-	if p.transitionsOnly && p.status.Step != "" {
+	if p.status.Step != "" {
 		updates = append(updates, StepKey.ValueSet(p.status.Step)) // where it failed
 	}
 	if uerr := p.upsert(ctx, updates...); uerr != nil {
 		return uerr
 	}
 	p.log.Error("host failed", "error", p.status.Message)
+	p.details(ctx, "failed at "+p.status.Step+": "+p.status.Message)
 	return temporal.NewNonRetryableApplicationError(p.status.Message, ErrTypeProvisionFailed, err)
 }
 
@@ -108,8 +109,9 @@ func failedAttempts(err error) int32 {
 }
 
 type stepError struct {
-	step string
-	err  error
+	step  string
+	err   error
+	stale bool // a read of the sighting found the host provisioned since (staleSighting)
 }
 
 func (e *stepError) Error() string { return fmt.Sprintf("step %s: %s", e.step, reason(e.err)) }

@@ -11,53 +11,31 @@ import (
 	"github.com/choria-temporal/provisioner/activities"
 )
 
-// Workflow changes guarded by workflow.GetVersion, so histories recorded before them replay.
-const (
-	restartGraceChange  = "restart-grace"
-	restartGraceSeconds = 3
-	upgradeRestartWait  = 4 * time.Second
+// upgradeRestartWait is how long a run waits for an upgraded server to restart before its reads
+// run again (go-choria restarts 2 s after replying; the reads' retries cover the rest).
+const upgradeRestartWait = 4 * time.Second
 
-	shutdownUnconfirmedChange = "shutdown-unconfirmed"
-
-	// From this change a run upserts search attributes at transitions only (helper running,
-	// deferred, failed at a step, done) instead of at every step: each upsert is a history
-	// event and a visibility write, and the Temporal server's CPU bounds throughput
-	// (docs/performance.md). The current step is always in the status query.
-	transitionsOnlyChange = "search-attributes-at-transitions"
-
-	// local reads (temporal.local_activities) guarded too: a run whose input asks for them but
-	// whose history was written by a worker that did not know the switch replays as regular
-	localReadsChange = "local-reads"
-)
-
-// provisioner is one run of a host's workflow: its input, what the status query shows, and the
-// switches its history fixed.
+// provisioner is one run of a host's workflow: its input, the policy it recorded, and what the
+// status query shows.
 type provisioner struct {
 	in     ProvisionInput
+	policy Policy
 	status Status
 	log    log.Logger
-	// transitionsOnly: upsert ProvisionStep only for the helper, a defer, a failure and the end
-	transitionsOnly bool
-	// localReads: the steps marked local in the step table run as local activities
-	localReads bool
-	// fast: every step runs as a local activity (lean runs only)
-	fast bool
-	// firstReadsFailed: a read that carried the sighting time failed (lean runs' stale check)
-	firstReadsFailed bool
-	// version is the command sequence this run follows (versionOf)
-	version int
-	// stepRuns counts the activity runs of this run: the first carries the sighting time
-	stepRuns int
+	// passes counts the passes over the steps: only the first one's reads carry the sighting time
+	passes int
+	// answered: the host answered a read in this run (readAll)
+	answered bool
+	// configured: the configure RPC succeeded in this run
+	configured bool
 	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)
 	restartedAt time.Time
-	// helpers: the helper slots of the worker process running this task (nil: none to use)
-	helpers HelperSlots
 }
 
 // outcome is what one pass over the steps decided.
 type outcome struct {
 	decision string // DecisionConfigure, DecisionDefer or DecisionShutdown
-	msg      string // the helper's message
+	msg      string // the helper's message, or what the pass knows of the restart
 	again    bool   // the server was upgraded and restarted: run the steps again
 }
 
@@ -69,38 +47,59 @@ type facts struct {
 	csr       *activities.CSRResult
 }
 
-// ProvisionHost provisions one Choria Server: jwt -> gen25519 -> inventory -> helper -> sign ->
-// configure -> restart, each an activity with its own retry policy. A helper defer waits on a
-// durable timer and runs the steps again; a helper shutdown shuts the server down and ends.
-// Registered this way (replayers, tests), every helper call goes to the helper task queue;
-// a worker process registers HostWorkflow.ProvisionHost with its helper slots.
-func ProvisionHost(ctx workflow.Context, in ProvisionInput) (*ProvisionResult, error) {
-	return HostWorkflow{}.ProvisionHost(ctx, in)
-}
-
-// ProvisionHost is the workflow as a worker process runs it (see the package-level ProvisionHost).
+// ProvisionHost provisions one Choria Server: jwt, gen25519 or gencsr, and inventory together,
+// then the helper, sign, configure and restart, each an activity with its own retry policy. A
+// helper defer waits on a durable timer and runs the steps again; a helper shutdown shuts the
+// server down and ends. The input names the host; the worker's policy decides the rest.
 func (h HostWorkflow) ProvisionHost(ctx workflow.Context, in ProvisionInput) (*ProvisionResult, error) {
 	if err := ValidateIdentity(in.Identity); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
 	}
-	p := &provisioner{in: withDefaults(in), helpers: h.Helpers}
-	if err := p.setup(ctx); err != nil {
+	// a run acts on the host its workflow ID names, whatever an input copied from another says
+	if id, _ := IdentityFromWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID); id != in.Identity {
+		err := fmt.Errorf("%w: the input names %q, the workflow %s", ErrForeignInput, in.Identity, workflow.GetInfo(ctx).WorkflowExecution.ID)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
+	}
+	p := &provisioner{in: in}
+	if err := p.setup(ctx, h.Policy); err != nil {
 		return nil, err
 	}
 	return p.run(ctx)
 }
 
-func withDefaults(in ProvisionInput) ProvisionInput {
-	if in.DeferDelay <= 0 {
-		in.DeferDelay = DefaultDeferDelay
+// setup records the worker's policy, then installs the status query and the signal handlers.
+func (p *provisioner) setup(ctx workflow.Context, policy Policy) error {
+	// a side effect: read from the worker once, replayed from the history ever after
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return policy.withDefaults() }).Get(&p.policy); err != nil {
+		return fmt.Errorf("recording the worker's policy: %w", err)
 	}
-	if in.MaxDefers <= 0 {
-		in.MaxDefers = DefaultMaxDefers
+	p.log = log.With(workflow.GetLogger(ctx), "identity", p.in.Identity, "site", p.policy.Site)
+	p.status = Status{Identity: p.in.Identity, Site: p.policy.Site, Outcome: OutcomeRunning, Defers: p.in.Defers,
+		Source: p.in.Source, SeenAt: p.in.SeenAt}
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return p.status, nil }); err != nil {
+		return err
 	}
-	if in.RestartSplay <= 0 {
-		in.RestartSplay = DefaultRestartSplay
+	p.handlePause(ctx)
+	// starters set them (Starter.Options); a run started without them still gets them
+	if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(IdentityKey); ok && id == p.in.Identity {
+		return nil
 	}
-	return in
+	return p.upsert(ctx, IdentityKey.ValueSet(p.in.Identity), SiteKey.ValueSet(p.policy.Site), OutcomeKey.ValueSet(OutcomeRunning))
+}
+
+// handlePause keeps the fleet-wide pause in the status, in one coroutine: each is a goroutine
+// with its own stack for as long as the run is in the worker's cache, and at scale thousands are.
+func (p *provisioner) handlePause(ctx workflow.Context) {
+	pause := workflow.GetSignalChannel(ctx, PauseSignal)
+	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
+		sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = false })
+		for ctx.Err() == nil {
+			sel.Select(ctx)
+		}
+	})
 }
 
 // run is the host's life: passes over the steps until the helper's decision ends it.
@@ -108,7 +107,7 @@ func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
 	for {
 		out, err := p.pass(ctx)
 		switch {
-		case err != nil && p.stale(err):
+		case err != nil && staleSighting(err):
 			return p.finish(ctx, OutcomeProvisioned, "no longer in provisioning mode: a stale sighting of a provisioned server")
 		case err != nil:
 			return nil, p.fail(ctx, err)
@@ -121,7 +120,7 @@ func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
 				return nil, err
 			}
 		default:
-			return p.finish(ctx, OutcomeProvisioned, "provisioned")
+			return p.finish(ctx, OutcomeProvisioned, "provisioned"+out.msg)
 		}
 	}
 }
@@ -144,54 +143,11 @@ func (p *provisioner) pass(ctx workflow.Context) (outcome, error) {
 	if again, err := p.upgrade(ctx, d.Upgrade, &f.inventory); again || err != nil {
 		return outcome{again: true}, err
 	}
-	return outcome{decision: DecisionConfigure}, p.configure(ctx, f, d)
-}
-
-// gather runs the reads the helper decides on: jwt, gen25519, inventory, gencsr; one after the
-// other in runs before VersionLean.
-func (p *provisioner) gather(ctx workflow.Context) (*facts, error) {
-	if p.lean() {
-		return p.gatherTogether(ctx)
+	if err := p.configure(ctx, f, d); err != nil {
+		return outcome{}, err
 	}
-	f := &facts{helper: activities.HelperRequest{Input: activities.HelperInput{Identity: p.in.Identity}}}
-	if p.in.Features.JWT {
-		if err := p.step(ctx, StepJWT, p.host(), &f.jwt); err != nil {
-			return nil, err
-		}
-		f.helper.Input.JWT, f.helper.HadToken = f.jwt.Claims, f.jwt.HadToken
-	}
-	if p.in.Features.ED25519 {
-		var ed activities.ED25519Result
-		if err := p.step(ctx, StepGen25519, p.host(), &ed); err != nil {
-			return nil, err
-		}
-		ed.Attempted = activities.Attempted{} // the helper contract's keys only
-		f.helper.Input.ED25519PubKey = &ed
-	}
-	if err := p.step(ctx, StepInventory, p.host(), &f.inventory); err != nil {
-		return nil, err
-	}
-	f.helper.Input.Inventory = f.inventory.Inventory
-	p.status.ServerVersion = f.inventory.Version
-	if p.in.Features.PKI {
-		f.csr = &activities.CSRResult{}
-		if err := p.step(ctx, StepGencsr, p.host(), f.csr); err != nil {
-			return nil, err
-		}
-		csr := *f.csr
-		csr.Attempted = activities.Attempted{} // the helper contract's keys only
-		f.helper.Input.CSR = &csr
-	}
-	return f, nil
-}
-
-// host addresses the host; the run's first RPC carries the sighting time, so that a host that
-// does not answer because it was provisioned after that sighting is recognised (activities.RunHistory).
-func (p *provisioner) host() activities.HostInput {
-	if p.stepRuns == 0 {
-		return activities.HostInput{Identity: p.in.Identity, SeenAt: p.in.SeenAt}
-	}
-	return activities.HostInput{Identity: p.in.Identity}
+	note, err := p.restart(ctx)
+	return outcome{decision: DecisionConfigure, msg: note}, err
 }
 
 func (p *provisioner) askHelper(ctx workflow.Context, f *facts) (*activities.HelperOutput, error) {
@@ -216,7 +172,7 @@ func (p *provisioner) shutdown(ctx workflow.Context, msg string) (outcome, error
 	if err := p.step(ctx, StepShutdown, p.host(), &res); err != nil {
 		// go-choria's agent may exit before its reply leaves (its splay can be 0 s): silence
 		// after a shutdown request is the expected end, not a failure
-		if !activities.IsNoReply(err) || (!p.lean() && workflow.GetVersion(ctx, shutdownUnconfirmedChange, workflow.DefaultVersion, 1) < 1) {
+		if !activities.IsNoReply(err) {
 			return outcome{}, err
 		}
 		msg += " (the server did not confirm: it exits at once when its splay is 0 s)"
@@ -229,7 +185,7 @@ func (p *provisioner) shutdown(ctx workflow.Context, msg string) (outcome, error
 // into the new version, still in provisioning mode, and the steps run again). Failures end the
 // host unless upgrades_optional, when provisioning goes on with the running version.
 func (p *provisioner) upgrade(ctx workflow.Context, version string, inv *activities.InventoryResult) (bool, error) {
-	if !p.in.Features.Upgrades || version == "" || CompareVersions(inv.Version, version) == 0 {
+	if !p.policy.Features.Upgrades || version == "" || CompareVersions(inv.Version, version) == 0 {
 		return false, nil
 	}
 	var err error
@@ -243,10 +199,9 @@ func (p *provisioner) upgrade(ctx workflow.Context, version string, inv *activit
 		err = &stepError{step: StepUpgrade, err: activities.NewError(activities.ErrTypeConfig, err.Error(), nil)}
 	} else if err = p.step(ctx, StepUpgrade, activities.UpgradeInput{Identity: p.in.Identity, Version: version}, &activities.MessageResult{}); err == nil {
 		p.status.Upgraded = version
-		// the server restarts 2 s after replying; the next steps' retries cover its reconnection
-		return true, workflow.Sleep(ctx, upgradeRestartWait)
+		return true, p.sleep(ctx, upgradeRestartWait, "waiting for the server to restart into "+version)
 	}
-	if !p.in.Features.UpgradesOptional {
+	if !p.policy.Features.UpgradesOptional {
 		return false, err
 	}
 	p.log.Warn("upgrade failed, provisioning the running version (upgrades_optional)", "error", reason(err))
@@ -254,10 +209,10 @@ func (p *provisioner) upgrade(ctx workflow.Context, version string, inv *activit
 	return false, nil
 }
 
-// configure signs the server's JWT, sends the configuration and restarts the server into it.
+// configure signs the server's JWT (ed25519) and sends the configuration.
 func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.HelperOutput) error {
 	conf := configureInput(p.in.Identity, f, d)
-	if p.in.Features.ED25519 {
+	if p.policy.Features.ED25519 {
 		sign := activities.SignInput{Identity: p.in.Identity, PublicKey: f.helper.Input.ED25519PubKey.PublicKey,
 			Config: d.Configuration, Claims: d.ServerClaims}
 		if err := p.step(ctx, StepSign, sign, &conf.ServerJWT); err != nil {
@@ -268,28 +223,32 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))
 		}
 	}
-	var msg activities.MessageResult
-	if err := p.step(ctx, StepConfigure, conf, &msg); err != nil {
+	if err := p.step(ctx, StepConfigure, conf, &activities.MessageResult{}); err != nil {
 		return err
 	}
-	if err := p.step(ctx, StepRestart, activities.RestartInput{Identity: p.in.Identity, Splay: p.in.RestartSplay}, &msg); err != nil {
-		return err
+	p.configured = true
+	return nil
+}
+
+// restart restarts the configured server into its configuration. A restart that gets no reply
+// after the run configured the server is the server's own restart under way (a worker died
+// after an earlier attempt reached it: go-choria re-executes 2 s after replying): a server that
+// was configured but not told to restart still answers on the provisioning collective.
+func (p *provisioner) restart(ctx workflow.Context) (string, error) {
+	var msg activities.MessageResult
+	err := p.step(ctx, StepRestart, activities.RestartInput{Identity: p.in.Identity, Splay: p.policy.RestartSplay}, &msg)
+	switch {
+	case err != nil && p.configured && activities.IsNoReply(err):
+		p.restartedAt = workflow.Now(ctx)
+		return "; the restart was not confirmed: the configured server no longer answers in provisioning mode", nil
+	case err != nil:
+		return "", err
 	}
 	p.restartedAt = msg.At // when the server was asked, not when this task read the reply
 	if p.restartedAt.IsZero() {
 		p.restartedAt = workflow.Now(ctx)
 	}
-	if p.lean() {
-		return nil // a late sighting is judged by the result's RestartedAt (discovery), not absorbed here
-	}
-	// Stay open until the server has restarted out of provisioning mode (it waits splay+2 s, at
-	// most, then re-executes): a sighting made before the restart, delivered late, is absorbed
-	// here instead of starting a new run against a server that is about to leave.
-	if workflow.GetVersion(ctx, restartGraceChange, workflow.DefaultVersion, 1) >= 1 {
-		p.status.Step = StepRestart
-		return workflow.Sleep(ctx, time.Duration(p.in.RestartSplay+restartGraceSeconds)*time.Second)
-	}
-	return nil
+	return "", nil
 }
 
 func configureInput(identity string, f *facts, d *activities.HelperOutput) activities.ConfigureInput {

@@ -8,16 +8,20 @@ import (
 	"time"
 
 	"github.com/choria-io/tokens"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/metrics"
 )
 
 // fakeHost stands in for the activities: it records calls and answers from scripted replies.
@@ -27,6 +31,7 @@ type fakeHost struct {
 	helper     []activities.HelperOutput // one per helper call; the last repeats
 	failing    map[string]error          // activity name -> error returned every time
 	flaky      map[string]int            // activity name -> number of leading failures
+	script     map[string][]string       // activity name -> error types of its first calls
 	version    string
 	upgradable bool
 	signed     activities.SignInput
@@ -58,6 +63,10 @@ func (f *fakeHost) record(ctx context.Context, name string) error {
 	if err, ok := f.failing[name]; ok {
 		return err
 	}
+	if s := f.script[name]; len(s) > 0 {
+		f.script[name] = s[1:]
+		return activities.NewError(s[0], "scripted "+s[0], nil)
+	}
 	if f.flaky[name] > 0 {
 		f.flaky[name]--
 		return temporal.NewApplicationError("transient "+name, activities.ErrTypeRPC)
@@ -65,54 +74,47 @@ func (f *fakeHost) record(ctx context.Context, name string) error {
 	return nil
 }
 
+// register registers the activities as a worker does and mocks each by method value with the
+// fake host's answer.
 func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
-	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.JWTResult, error) {
-		f.saw(in)
-		if err := f.record(ctx, activities.FetchJWTName); err != nil {
-			return nil, err
-		}
-		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}, nil
-	}, activities.FetchJWTName)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.ED25519Result, error) {
-		f.saw(in)
-		if err := f.record(ctx, activities.Gen25519Name); err != nil {
-			return nil, err
-		}
-		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}, nil
-	}, activities.Gen25519Name)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.CSRResult, error) {
-		if err := f.record(ctx, activities.GencsrName); err != nil {
-			return nil, err
-		}
-		return &activities.CSRResult{CSR: "csr", PublicKey: "pub", SSLDir: "/etc/choria/ssl"}, nil
-	}, activities.GencsrName)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
-		f.saw(in)
-		if err := f.record(ctx, activities.InventoryName); err != nil {
-			return nil, err
-		}
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	if err != nil {
+		panic(err)
+	}
+	a := activities.New(nil, activities.Settings{Site: "lab"}, m, zap.NewNop())
+	a.Register(env)
+	methods := map[string]any{activities.FetchJWTName: a.FetchJWT, activities.Gen25519Name: a.Gen25519, activities.GencsrName: a.Gencsr,
+		activities.InventoryName: a.Inventory, activities.ReleaseUpdateName: a.ReleaseUpdate, activities.RunHelperName: a.RunHelper,
+		activities.SignServerJWTName: a.SignServerJWT, activities.ConfigureName: a.Configure, activities.RestartName: a.Restart,
+		activities.ShutdownName: a.Shutdown}
+	reg := func(name string, fake stepFake) {
+		env.OnActivity(methods[name], mock.Anything, mock.Anything).Return(fake(name))
+	}
+	reg(activities.FetchJWTName, answerSeeing(f, f.saw, func(activities.HostInput) *activities.JWTResult {
+		return &activities.JWTResult{Claims: &tokens.ProvisioningClaims{ProtoV2: true}, ECDHPublic: "ab", HadToken: true}
+	}))
+	reg(activities.Gen25519Name, answerSeeing(f, f.saw, func(activities.HostInput) *activities.ED25519Result {
+		return &activities.ED25519Result{PublicKey: "pk", Directory: "/etc/choria", Signature: "sig"}
+	}))
+	reg(activities.GencsrName, answer(f, func(activities.HostInput) *activities.CSRResult {
+		return &activities.CSRResult{CSR: "csr", PublicKey: "pub", SSLDir: "/etc/choria/ssl"}
+	}))
+	reg(activities.InventoryName, answerSeeing(f, f.saw, func(activities.HostInput) *activities.InventoryResult {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		v := f.version
 		if v == "" {
 			v = "0.30.2"
 		}
-		return &activities.InventoryResult{Inventory: `{"version":"` + v + `"}`, Version: v, Upgradable: f.upgradable}, nil
-	}, activities.InventoryName)
-	reg(func(ctx context.Context, in activities.UpgradeInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.ReleaseUpdateName); err != nil {
-			return nil, err
-		}
+		return &activities.InventoryResult{Inventory: `{"version":"` + v + `"}`, Version: v, Upgradable: f.upgradable}
+	}))
+	reg(activities.ReleaseUpdateName, answer(f, func(in activities.UpgradeInput) *activities.MessageResult {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.version = in.Version
-		return &activities.MessageResult{Message: "Restarting Choria Server after 2s"}, nil
-	}, activities.ReleaseUpdateName)
-	reg(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
-		if err := f.record(ctx, activities.RunHelperName); err != nil {
-			return nil, err
-		}
+		return &activities.MessageResult{Message: "Restarting Choria Server after 2s"}
+	}))
+	reg(activities.RunHelperName, answer(f, func(in activities.HelperRequest) *activities.HelperOutput {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.helpIn = in
@@ -120,34 +122,45 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		if len(f.helper) > 1 {
 			f.helper = f.helper[1:]
 		}
-		return &out, nil
-	}, activities.RunHelperName)
-	reg(func(ctx context.Context, in activities.SignInput) (string, error) {
-		if err := f.record(ctx, activities.SignServerJWTName); err != nil {
-			return "", err
-		}
+		return &out
+	}))
+	reg(activities.SignServerJWTName, answer(f, func(in activities.SignInput) string {
 		f.signed = in
-		return "signed.jwt", nil
-	}, activities.SignServerJWTName)
-	reg(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.ConfigureName); err != nil {
-			return nil, err
-		}
+		return "signed.jwt"
+	}))
+	reg(activities.ConfigureName, answer(f, func(in activities.ConfigureInput) *activities.MessageResult {
 		f.conf = in
-		return &activities.MessageResult{Message: "Wrote 12 lines"}, nil
-	}, activities.ConfigureName)
-	reg(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.RestartName); err != nil {
-			return nil, err
+		return &activities.MessageResult{Message: "Wrote 12 lines"}
+	}))
+	reg(activities.RestartName, answer(f, func(activities.RestartInput) *activities.MessageResult {
+		return &activities.MessageResult{Message: "Restarting"}
+	}))
+	reg(activities.ShutdownName, answer(f, func(activities.HostInput) *activities.MessageResult {
+		return &activities.MessageResult{Message: "Shutting down"}
+	}))
+}
+
+// stepFake makes a fake activity for the step it is registered as.
+type stepFake func(name string) any
+
+// answer is a fake activity: each call is recorded (which fails it where the test scripts a
+// failure), then fn answers it.
+func answer[I, O any](f *fakeHost, fn func(I) O) stepFake { return answerSeeing(f, nil, fn) }
+
+// answerSeeing is answer that first shows each call's input to see, a failing call's too.
+func answerSeeing[I, O any](f *fakeHost, see func(I), fn func(I) O) stepFake {
+	return func(name string) any {
+		return func(ctx context.Context, in I) (O, error) {
+			if see != nil {
+				see(in)
+			}
+			if err := f.record(ctx, name); err != nil {
+				var none O
+				return none, err
+			}
+			return fn(in), nil
 		}
-		return &activities.MessageResult{Message: "Restarting"}, nil
-	}, activities.RestartName)
-	reg(func(ctx context.Context, in activities.HostInput) (*activities.MessageResult, error) {
-		if err := f.record(ctx, activities.ShutdownName); err != nil {
-			return nil, err
-		}
-		return &activities.MessageResult{Message: "Shutting down"}, nil
-	}, activities.ShutdownName)
+	}
 }
 
 var configured = activities.HelperOutput{Configuration: map[string]string{"identity": "n1", "plugin.choria.server.provision": "false"}, Msg: "ok"}
@@ -155,8 +168,11 @@ var configured = activities.HelperOutput{Configuration: map[string]string{"ident
 type ProvisionSuite struct {
 	suite.Suite
 	testsuite.WorkflowTestSuite
-	env  *testsuite.TestWorkflowEnvironment
-	host *fakeHost
+	env    *testsuite.TestWorkflowEnvironment
+	host   *fakeHost
+	policy Policy // the worker's; execute registers the workflow with it
+	// onUpsert sets a mock that must follow the registration (upserts)
+	onUpsert func()
 }
 
 var fullFlowNames = []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
@@ -164,18 +180,27 @@ var fullFlowNames = []string{activities.FetchJWTName, activities.Gen25519Name, a
 
 func TestProvisionSuite(t *testing.T) { suite.Run(t, new(ProvisionSuite)) }
 
-func (s *ProvisionSuite) SetupTest() { s.setup(ProvisionHost) }
-
-// setup gives the test a new environment with the workflow registered as wf and a fake host.
-func (s *ProvisionSuite) setup(wf any) {
+func (s *ProvisionSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.env.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: WorkflowName})
-	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}}
+	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(input().Identity)})
+	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
+	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{}}
 	s.host.register(s.env)
 }
 
-func input(f Features) ProvisionInput {
-	return ProvisionInput{Identity: "n1.example", Site: "lab", Features: f, Source: SourceDiscovery, DeferDelay: time.Minute}
+// input is what a starter of ours writes for a sighting: the host and how it was found.
+func input() ProvisionInput {
+	return ProvisionInput{Identity: "n1.example", Source: SourceDiscovery}
+}
+
+// execute runs the workflow as a worker registers it (Register), with the policy's features f.
+func (s *ProvisionSuite) execute(f Features, in any) {
+	s.policy.Features = f
+	Register(s.env, s.policy)
+	if s.onUpsert != nil {
+		s.onUpsert()
+	}
+	s.env.ExecuteWorkflow(WorkflowName, in)
 }
 
 func (s *ProvisionSuite) result() *ProvisionResult {
@@ -195,11 +220,11 @@ func (s *ProvisionSuite) status() Status {
 }
 
 func (s *ProvisionSuite) TestED25519RunsEveryStepInOrder() {
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	res := s.result()
 	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Equal([]string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
-		activities.SignServerJWTName, activities.ConfigureName, activities.RestartName}, s.host.calls)
+	s.ElementsMatch(fullFlowNames[:3], s.host.calls[:3], "the reads run together")
+	s.Equal(fullFlowNames[3:], s.host.calls[3:])
 	s.Equal("signed.jwt", s.host.conf.ServerJWT)
 	s.Equal("pk", s.host.signed.PublicKey)
 	s.True(s.host.helpIn.HadToken, "the worker must restore the redacted token for the helper")
@@ -213,43 +238,55 @@ func (s *ProvisionSuite) TestED25519RunsEveryStepInOrder() {
 	s.Len(st.Timeline, 7)
 }
 
-func (s *ProvisionSuite) TestOnlyTheFirstRPCCarriesTheSightingTime() {
-	in := input(Features{JWT: true, ED25519: true})
+// The first pass's reads carry the sighting time (a stale sighting shows there); a later
+// pass's, after a defer, do not.
+func (s *ProvisionSuite) TestOnlyTheFirstReadsCarryTheSightingTime() {
+	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "later"}, configured}
+	in := input()
 	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.execute(Features{JWT: true, ED25519: true}, in)
 	s.result()
-	s.Equal([]time.Time{in.SeenAt, {}, {}}, s.host.seenAt)
+	s.ElementsMatch([]time.Time{in.SeenAt, {}, {}}, s.host.seenAt[:3], "the inventory read alone makes the stale check")
+	s.Equal([]time.Time{{}, {}, {}}, s.host.seenAt[3:])
 }
 
+// A stale sighting, found by any read of the first pass, ends the run provisioned, not failed.
 func (s *ProvisionSuite) TestStaleSightingEndsProvisioned() {
-	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError(
-		"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
-	in := input(Features{JWT: true, ED25519: true})
-	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	res := s.result()
-	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Contains(res.Message, "stale sighting")
-	s.Equal([]string{activities.FetchJWTName}, s.host.calls)
+	for _, read := range []string{activities.InventoryName, activities.FetchJWTName} {
+		s.SetupTest()
+		s.host.failing[read] = temporal.NewNonRetryableApplicationError(
+			"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
+		in := input()
+		in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		s.execute(Features{JWT: true, ED25519: true}, in)
+		res := s.result()
+		s.Equal(OutcomeProvisioned, res.Outcome, read)
+		s.Contains(res.Message, "stale sighting")
+		s.NotContains(s.host.calls, activities.RunHelperName)
+		s.Contains(s.host.seenAt, in.SeenAt, "the inventory read carries the sighting")
+	}
 }
 
-// upserts records the ProvisionStep and ProvisionOutcome of every search-attribute upsert.
+// upserts records the ProvisionStep and ProvisionOutcome of every search-attribute upsert of the
+// next execute (a mock, so it is set after the registration).
 func (s *ProvisionSuite) upserts() *[]string {
 	var got []string
-	s.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
-		sa := args.Get(0).(temporal.SearchAttributes)
-		step, _ := sa.GetKeyword(StepKey)
-		outcome, _ := sa.GetKeyword(OutcomeKey)
-		got = append(got, step+"/"+outcome)
-	}).Return(nil)
+	s.onUpsert = func() {
+		s.env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+			sa := args.Get(0).(temporal.SearchAttributes)
+			step, _ := sa.GetKeyword(StepKey)
+			outcome, _ := sa.GetKeyword(OutcomeKey)
+			got = append(got, step+"/"+outcome)
+		}).Return(nil)
+	}
 	return &got
 }
 
 func (s *ProvisionSuite) TestSearchAttributesAtTransitionsOnly() {
-	in := input(Features{JWT: true, ED25519: true})
-	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in)))
+	f, in := Features{JWT: true, ED25519: true}, input()
+	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in.Identity, "lab")))
 	got := s.upserts()
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.execute(f, in)
 	s.result()
 	// the starter set identity, site and outcome; of seven steps only the helper is upserted
 	s.Equal([]string{"helper/", "done/provisioned"}, *got)
@@ -257,68 +294,70 @@ func (s *ProvisionSuite) TestSearchAttributesAtTransitionsOnly() {
 
 func (s *ProvisionSuite) TestFailedHostKeepsTheStepItFailedIn() {
 	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("bad config", activities.ErrTypeConfig, nil)
-	in := input(Features{JWT: true, ED25519: true})
+	f, in := Features{JWT: true, ED25519: true}, input()
 	got := s.upserts()
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.execute(f, in)
 	s.Require().Error(s.env.GetWorkflowError())
 	// started without search attributes (an older starter): the run sets them itself
 	s.Equal([]string{"/running", "helper/", "configure/failed"}, *got)
 }
 
-func (s *ProvisionSuite) TestLocalReadsRunTheCheapStepsAsLocalActivities() {
-	in := input(Features{JWT: true, ED25519: true})
-	in.LocalReads = true
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.Equal([]string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.SignServerJWTName}, s.host.local)
-	s.Equal(fullFlowNames, s.host.calls)
-}
-
-func (s *ProvisionSuite) TestRegularActivitiesByDefault() {
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+func (s *ProvisionSuite) TestRegularActivitiesByDefaultButSigning() {
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	s.result()
-	s.Empty(s.host.local)
+	s.Equal([]string{activities.SignServerJWTName}, s.host.local, "a computation is a local activity")
 }
 
 func (s *ProvisionSuite) TestHelperOnItsOwnTaskQueueWhenRateLimited() {
-	in := input(Features{JWT: true, ED25519: true})
-	in.HelperTaskQueue = "tq-helper"
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.policy.HelperQueue = true
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	s.result()
-	s.Equal("tq-helper", s.host.queues[activities.RunHelperName])
-	s.NotEqual("tq-helper", s.host.queues[activities.ConfigureName])
+	runQueue := s.host.queues[activities.ConfigureName]
+	s.Equal(HelperTaskQueue(runQueue), s.host.queues[activities.RunHelperName], "derived from the run's own queue")
 }
 
-// slots is a worker process's helper slots as the workflow sees them.
-type slots bool
+func (s *ProvisionSuite) TestHelperStaysOnTheRunsQueueWithoutARateLimit() {
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.result()
+	s.Equal(s.host.queues[activities.ConfigureName], s.host.queues[activities.RunHelperName])
+}
 
-func (f slots) HelperSlotFree() bool { return bool(f) }
+// A client of the namespace that starts ProvisionHost with an input of its own (the fields
+// runs once took from their input: features, a helper queue) gets a failed run, and nothing ran.
+func (s *ProvisionSuite) TestForeignInputIsRefused() {
+	foreign := map[string]any{"identity": "n1.example", "source": "event",
+		"features": map[string]bool{"jwt": false, "ed25519": true}, "helper_task_queue": "elsewhere"}
+	s.execute(Features{JWT: true, ED25519: true}, foreign)
+	s.True(s.env.IsWorkflowCompleted())
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.ErrorContains(err, "refused input")
+	s.ErrorContains(err, "features")
+	s.Empty(s.host.calls, "no step ran")
+}
 
-func (s *ProvisionSuite) TestHelperStaysOnTheRunsQueueWhileThisProcessHasASlot() {
-	for _, free := range []bool{true, false} {
-		s.setup(HostWorkflow{Helpers: slots(free)}.ProvisionHost)
-		in := input(Features{JWT: true, ED25519: true})
-		in.HelperTaskQueue = "tq-helper"
-		s.env.ExecuteWorkflow(WorkflowName, in)
-		s.Equal(OutcomeProvisioned, s.result().Outcome)
-		if free {
-			s.Equal(s.host.queues[activities.ConfigureName], s.host.queues[activities.RunHelperName], "a free slot here: the run's own queue")
-		} else {
-			s.Equal("tq-helper", s.host.queues[activities.RunHelperName], "no slot here: whichever process has room")
-		}
-		s.Equal(fullFlowNames, s.host.calls)
-	}
+// The site is the worker's policy's; the status says how the run's sighting was made.
+func (s *ProvisionSuite) TestStatusTakesTheSiteFromThePolicy() {
+	in := input()
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.execute(Features{JWT: true}, in)
+	s.result()
+	st := s.status()
+	s.Equal("lab", st.Site)
+	s.Equal(SourceDiscovery, st.Source)
+	s.Equal(in.SeenAt, st.SeenAt.UTC())
 }
 
 func (s *ProvisionSuite) TestJWTOnlySkipsKeyAndSigning() {
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.result()
-	s.Equal([]string{activities.FetchJWTName, activities.InventoryName, activities.RunHelperName, activities.ConfigureName, activities.RestartName}, s.host.calls)
+	s.ElementsMatch([]string{activities.FetchJWTName, activities.InventoryName}, s.host.calls[:2], "read together")
+	s.Equal([]string{activities.RunHelperName, activities.ConfigureName, activities.RestartName}, s.host.calls[2:])
 	s.Empty(s.host.conf.ServerJWT)
 }
 
 func (s *ProvisionSuite) TestNoFeaturesStillInventoriesAndConfigures() {
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	s.result()
 	s.Equal([]string{activities.InventoryName, activities.RunHelperName, activities.ConfigureName, activities.RestartName}, s.host.calls)
 	s.Nil(s.host.helpIn.Input.JWT)
@@ -328,7 +367,7 @@ func (s *ProvisionSuite) TestDeferWaitsOnATimerAndRunsTheStepsAgain() {
 	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "not in CMDB yet"}, configured}
 	var during Status
 	s.env.RegisterDelayedCallback(func() { during = s.status() }, 30*time.Second)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Equal(OutcomeDeferred, during.Outcome)
 	s.Equal(StepDeferred, during.Step)
@@ -339,7 +378,7 @@ func (s *ProvisionSuite) TestDeferWaitsOnATimerAndRunsTheStepsAgain() {
 
 func (s *ProvisionSuite) TestShutdownCallsShutdownAndEnds() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	res := s.result()
 	s.Equal(OutcomeShutdown, res.Outcome)
 	s.Contains(res.Message, "decommissioned")
@@ -349,7 +388,7 @@ func (s *ProvisionSuite) TestShutdownCallsShutdownAndEnds() {
 
 func (s *ProvisionSuite) TestPolicyFailureIsNotRetriedAndIsVisible() {
 	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError("provisioning JWT is not valid: bad signature", activities.ErrTypeInvalidJWT, nil)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.True(s.env.IsWorkflowCompleted())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
@@ -366,14 +405,14 @@ func (s *ProvisionSuite) TestPolicyFailureIsNotRetriedAndIsVisible() {
 
 func (s *ProvisionSuite) TestTransientFailureRecoversByRetry() {
 	s.host.flaky[activities.InventoryName] = 2
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Equal(3, countOf(s.host.calls, activities.InventoryName))
 }
 
 func (s *ProvisionSuite) TestRetryBudgetRunsOutThenFails() {
 	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.Require().Error(s.env.GetWorkflowError())
 	s.Equal(5, countOf(s.host.calls, activities.ConfigureName))
 	s.Zero(countOf(s.host.calls, activities.RestartName))
@@ -382,9 +421,9 @@ func (s *ProvisionSuite) TestRetryBudgetRunsOutThenFails() {
 
 func (s *ProvisionSuite) TestTooManyDefersFail() {
 	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "later"}}
-	in := input(Features{})
-	in.MaxDefers = 3
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	f, in := Features{}, input()
+	s.policy.MaxDefers = 3
+	s.execute(f, in)
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "deferred the host 3 times")
@@ -392,7 +431,7 @@ func (s *ProvisionSuite) TestTooManyDefersFail() {
 
 func (s *ProvisionSuite) TestLongDeferralContinuesAsNew() {
 	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "later"}}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	err := s.env.GetWorkflowError()
 	var can *workflow.ContinueAsNewError
 	s.Require().True(errors.As(err, &can), "got %v", err)
@@ -401,27 +440,25 @@ func (s *ProvisionSuite) TestLongDeferralContinuesAsNew() {
 	s.Equal(continueAsNewDefers, next.Defers)
 	s.Equal("n1.example", next.Identity)
 }
-
-func (s *ProvisionSuite) TestSightingsAreAbsorbed() {
-	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "wait"}, configured}
-	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(SeenSignal, Sighting{Source: SourceEvent, At: time.Unix(100, 0).UTC()})
-		s.env.SignalWorkflow(SeenSignal, Sighting{Source: SourceDiscovery, At: time.Unix(200, 0).UTC()})
-	}, 10*time.Second)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
-	s.result()
-	st := s.status()
-	s.Equal(3, st.Sightings)
-	s.Equal(time.Unix(200, 0).UTC(), st.LastSeen.UTC())
-}
-
 func (s *ProvisionSuite) TestInvalidIdentityIsRejected() {
-	in := input(Features{})
+	f, in := Features{}, input()
 	in.Identity = "bad>identity"
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.execute(f, in)
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "invalid identity")
+	s.Empty(s.host.calls)
+}
+
+// An input copied from another host's run names that host: the run of this host refuses it.
+func (s *ProvisionSuite) TestInputOfAnotherHostIsRefused() {
+	in := input()
+	in.Identity = "other.example"
+	s.execute(Features{JWT: true}, in)
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.ErrorContains(err, "refused input")
+	s.ErrorContains(err, "other.example")
 	s.Empty(s.host.calls)
 }
 
@@ -447,7 +484,7 @@ func TestValidateIdentity(t *testing.T) {
 
 func (s *ProvisionSuite) TestHelperFailuresAreEachRecordedThenRecover() {
 	s.host.flaky[activities.RunHelperName] = 2
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Equal(3, countOf(s.host.calls, activities.RunHelperName))
 	var failed []string
@@ -462,7 +499,7 @@ func (s *ProvisionSuite) TestHelperFailuresAreEachRecordedThenRecover() {
 
 func (s *ProvisionSuite) TestHelperGivesUpAfterFiveAttempts() {
 	s.host.failing[activities.RunHelperName] = temporal.NewApplicationError("helper exited with a non-zero status", activities.ErrTypeHelper)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "step helper")
@@ -474,16 +511,17 @@ func (s *ProvisionSuite) TestPauseHoldsTheHostBeforeItsNextStep() {
 	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(PauseSignal, nil) }, 0)
 	s.env.RegisterDelayedCallback(func() { paused = s.status() }, time.Hour)
 	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(ResumeSignal, nil) }, 2*time.Hour)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.True(paused.Paused)
-	s.Len(paused.Timeline, 1, "only the step in flight when the pause came may run")
+	s.Len(paused.Timeline, 2, "only the reads in flight when the pause came may run (jwt and inventory)")
+	s.NotContains(s.host.calls[:2], activities.RunHelperName)
 	s.False(s.status().Paused)
 }
 
 func (s *ProvisionSuite) TestTimelineCarriesAttemptsAndDecision() {
 	s.host.flaky[activities.InventoryName] = 1
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.result()
 	st := s.status()
 	s.Equal(DecisionConfigure, st.HelperDecision)
@@ -516,17 +554,43 @@ func TestControlWorkflowPausesAndResumes(t *testing.T) {
 	require.False(t, states[1].Paused)
 }
 
-func (s *ProvisionSuite) TestStaleSightingOfAProvisionedServerIsNotAFailure() {
-	s.host.failing[activities.FetchJWTName] = temporal.NewNonRetryableApplicationError("choria_provision#jwt: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeNotProvisioning, nil)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+// A host that says it is not in provisioning mode, with no record in Temporal that it was
+// provisioned since the sighting, is not taken at its word: the read retries, then the run fails.
+func (s *ProvisionSuite) TestAHostsOwnWordIsNotAStaleSighting() {
+	s.host.failing[activities.FetchJWTName] = temporal.NewApplicationError(
+		"choria_provision#jwt: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeHostNotProvisioning)
+	in := input()
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.execute(Features{JWT: true}, in)
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	s.ErrorContains(err, "step jwt")
+	s.Equal(OutcomeFailed, s.status().Outcome)
+	s.Equal(5, countOf(s.host.calls, activities.FetchJWTName), "retried within its budget")
+}
+
+// A restart that gets no reply after the run configured the server ends provisioned, and says
+// the restart was not confirmed (a worker killed after the restart reached the server).
+func (s *ProvisionSuite) TestUnconfirmedRestartOfAConfiguredServerIsProvisioned() {
+	s.host.failing[activities.RestartName] = temporal.NewApplicationError("choria_provision#restart: no reply", activities.ErrTypeNoReply)
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	res := s.result()
 	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Contains(res.Message, "stale sighting")
+	s.Contains(res.Message, "restart was not confirmed")
+	s.False(res.RestartedAt.IsZero())
+}
+
+// A restart refused by the broker (ours, not the host's silence) fails the run.
+func (s *ProvisionSuite) TestRestartOverADeadBrokerFails() {
+	s.host.failing[activities.RestartName] = activities.NewError(activities.ErrTypeRPC, "choria_provision#restart: not sent: the broker connection is down", nil)
+	s.execute(Features{JWT: true}, input())
+	s.Require().Error(s.env.GetWorkflowError())
+	s.Equal(StepRestart, s.status().Step)
 }
 
 func (s *ProvisionSuite) TestNotInProvisioningModeLaterIsAFailure() {
 	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("choria_provision#configure: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeNotProvisioning, nil)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	s.Require().Error(s.env.GetWorkflowError())
 }
 
@@ -539,7 +603,7 @@ func upgradeTo(v string) activities.HelperOutput {
 func (s *ProvisionSuite) TestUpgradeThenProvisionTheNewVersion() {
 	s.host.upgradable = true
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, Upgrades: true}))
+	s.execute(Features{JWT: true, Upgrades: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Equal(1, countOf(s.host.calls, activities.ReleaseUpdateName))
 	s.Equal(2, countOf(s.host.calls, activities.InventoryName), "the steps run again against the upgraded server")
@@ -552,7 +616,7 @@ func (s *ProvisionSuite) TestUpgradeThenProvisionTheNewVersion() {
 func (s *ProvisionSuite) TestNoUpgradeWhenTheVersionMatchesOrTheFeatureIsOff() {
 	s.host.upgradable = true
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.30.2")}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true}))
+	s.execute(Features{Upgrades: true}, input())
 	s.result()
 	s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName))
 }
@@ -560,14 +624,14 @@ func (s *ProvisionSuite) TestNoUpgradeWhenTheVersionMatchesOrTheFeatureIsOff() {
 func (s *ProvisionSuite) TestUpgradeFeatureOffIgnoresTheHelpersVersion() {
 	s.host.upgradable = true
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	s.result()
 	s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName))
 }
 
 func (s *ProvisionSuite) TestNotUpgradableFailsUnlessOptional() {
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true}))
+	s.execute(Features{Upgrades: true}, input())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "not upgradable")
@@ -576,7 +640,7 @@ func (s *ProvisionSuite) TestNotUpgradableFailsUnlessOptional() {
 
 func (s *ProvisionSuite) TestNotUpgradableGoesOnWhenOptional() {
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true, UpgradesOptional: true}))
+	s.execute(Features{Upgrades: true, UpgradesOptional: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Contains(s.status().LastError, "not upgradable")
 }
@@ -585,7 +649,7 @@ func (s *ProvisionSuite) TestFailedUpgradeAbortsUnlessOptional() {
 	s.host.upgradable = true
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
 	s.host.failing[activities.ReleaseUpdateName] = temporal.NewApplicationError("Update to version 0.99.0 failed, release rolled back", activities.ErrTypeAborted)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true}))
+	s.execute(Features{Upgrades: true}, input())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "step upgrade")
@@ -596,7 +660,7 @@ func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
 	s.host.upgradable = true
 	s.host.helper = []activities.HelperOutput{upgradeTo("0.99.0")}
 	s.host.failing[activities.ReleaseUpdateName] = temporal.NewApplicationError("rolled back", activities.ErrTypeAborted)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{Upgrades: true, UpgradesOptional: true}))
+	s.execute(Features{Upgrades: true, UpgradesOptional: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.Equal(1, countOf(s.host.calls, activities.ConfigureName))
 }
@@ -604,7 +668,7 @@ func (s *ProvisionSuite) TestFailedUpgradeGoesOnWhenOptional() {
 func (s *ProvisionSuite) TestShutdownWithoutAReplyIsStillAShutdown() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
 	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("choria_provision#shutdown: no reply from n1 within 10s", activities.ErrTypeNoReply)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	res := s.result()
 	s.Equal(OutcomeShutdown, res.Outcome)
 	s.Contains(res.Message, "did not confirm")
@@ -616,7 +680,7 @@ func (s *ProvisionSuite) TestShutdownOverADeadBrokerFails() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
 	s.host.failing[activities.ShutdownName] = activities.NewError(activities.ErrTypeRPC,
 		"choria_provision#shutdown: no reply from n1 within 10s: the broker connection is down", nil)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "step shutdown")
@@ -626,7 +690,7 @@ func (s *ProvisionSuite) TestShutdownOverADeadBrokerFails() {
 func (s *ProvisionSuite) TestShutdownRefusedIsAFailure() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true}}
 	s.host.failing[activities.ShutdownName] = temporal.NewNonRetryableApplicationError("Incorrect provision token supplied", activities.ErrTypeAborted, nil)
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{}))
+	s.execute(Features{}, input())
 	s.Require().Error(s.env.GetWorkflowError())
 }
 
@@ -639,7 +703,7 @@ func (s *ProvisionSuite) TestResultCarriesTheRestartTime() {
 			restartedAt = s.env.Now()
 		}
 	})
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true, ED25519: true}))
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	res := s.result()
 	s.False(res.RestartedAt.IsZero())
 	s.WithinDuration(restartedAt, res.RestartedAt, time.Second)
@@ -649,23 +713,14 @@ func (s *ProvisionSuite) TestResultCarriesTheRestartTime() {
 
 func (s *ProvisionSuite) TestNoRestartTimeWithoutARestart() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
-	s.env.ExecuteWorkflow(ProvisionHost, input(Features{JWT: true}))
+	s.execute(Features{JWT: true}, input())
 	res := s.result()
 	s.Equal(OutcomeShutdown, res.Outcome)
 	s.True(res.RestartedAt.IsZero())
 	s.True(res.LeftProvisioningBy().IsZero())
 }
-
-func lean(f Features) ProvisionInput {
-	in := input(f)
-	in.Version = CurrentVersion
-	return in
-}
-
-// A run of the current version schedules its reads together and signs in a local activity; its
-// steps and its result are those of a run before it.
-func (s *ProvisionSuite) TestLeanRunReadsTogetherAndSignsLocally() {
-	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{JWT: true, ED25519: true}))
+func (s *ProvisionSuite) TestReadsTogetherAndSignsLocally() {
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.ElementsMatch(fullFlowNames[:3], s.host.calls[:3])
 	s.Equal(fullFlowNames[3:], s.host.calls[3:])
@@ -679,28 +734,16 @@ func (s *ProvisionSuite) TestLeanRunReadsTogetherAndSignsLocally() {
 	s.Equal(StepDone, st.Step)
 }
 
-func (s *ProvisionSuite) TestLeanRunWithPKIReadsTheCSRWithTheOthers() {
-	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{JWT: true, PKI: true}))
+func (s *ProvisionSuite) TestWithPKIReadsTheCSRWithTheOthers() {
+	s.execute(Features{JWT: true, PKI: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.ElementsMatch([]string{activities.FetchJWTName, activities.GencsrName, activities.InventoryName}, s.host.calls[:3])
 	s.NotNil(s.host.helpIn.Input.CSR)
 }
 
-func (s *ProvisionSuite) TestLeanRunStaleSightingOfAnyFirstRead() {
-	s.host.failing[activities.InventoryName] = temporal.NewNonRetryableApplicationError(
-		"no reply; an earlier run completed after the sighting", activities.ErrTypeNotProvisioning, nil)
-	in := lean(Features{JWT: true, ED25519: true})
-	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	s.env.ExecuteWorkflow(ProvisionHost, in)
-	res := s.result()
-	s.Equal(OutcomeProvisioned, res.Outcome)
-	s.Contains(res.Message, "stale sighting")
-	s.Equal([]time.Time{in.SeenAt, in.SeenAt, in.SeenAt}, s.host.seenAt)
-}
-
-func (s *ProvisionSuite) TestLeanRunFailsAtTheReadThatFailed() {
+func (s *ProvisionSuite) TestFailsAtTheReadThatFailed() {
 	s.host.failing[activities.Gen25519Name] = temporal.NewNonRetryableApplicationError("bad", activities.ErrTypeBadSignature, nil)
-	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{JWT: true, ED25519: true}))
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	err := s.env.GetWorkflowError()
 	s.Require().Error(err)
 	s.Contains(err.Error(), "step gen25519")
@@ -708,39 +751,96 @@ func (s *ProvisionSuite) TestLeanRunFailsAtTheReadThatFailed() {
 	s.Zero(countOf(s.host.calls, activities.RunHelperName))
 }
 
-func (s *ProvisionSuite) TestLeanRunShutdownWithoutAReply() {
+func (s *ProvisionSuite) TestShutdownWithoutAReply() {
 	s.host.helper = []activities.HelperOutput{{Shutdown: true, Msg: "decommissioned"}}
 	s.host.failing[activities.ShutdownName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
-	s.env.ExecuteWorkflow(ProvisionHost, lean(Features{}))
+	s.execute(Features{}, input())
 	s.Equal(OutcomeShutdown, s.result().Outcome)
 }
 
 // Fast mode: every step a local activity, the same steps, results and status.
 func (s *ProvisionSuite) TestFastModeRunsEveryStepLocally() {
-	in := lean(Features{JWT: true, ED25519: true})
-	in.Fast = true
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.policy.Fast = true
+	s.execute(Features{JWT: true, ED25519: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.ElementsMatch(fullFlowNames, s.host.local)
+	s.ElementsMatch(without(fullFlowNames, activities.ConfigureName), s.host.local, "configure acts on what the run decided: regular")
+	s.Contains(s.host.calls, activities.ConfigureName)
 	s.Len(s.status().Timeline, 7)
 }
 
 func (s *ProvisionSuite) TestFastModeRetriesTheHelperAndKeepsItsPolicy() {
 	s.host.flaky[activities.RunHelperName] = 2
 	s.host.failing[activities.ConfigureName] = temporal.NewApplicationError("no reply", activities.ErrTypeNoReply)
-	in := lean(Features{})
-	in.Fast = true
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.policy.Fast = true
+	s.execute(Features{}, input())
 	s.Require().Error(s.env.GetWorkflowError())
 	s.Equal(3, countOf(s.host.calls, activities.RunHelperName))
 	s.Equal(5, countOf(s.host.calls, activities.ConfigureName), "the same retry policy as a regular activity")
 }
 
 func (s *ProvisionSuite) TestFastModeKeepsARateLimitedHelperRegular() {
-	in := lean(Features{})
-	in.Fast, in.HelperTaskQueue = true, "tq-helper"
-	s.env.ExecuteWorkflow(ProvisionHost, in)
+	s.policy.Fast, s.policy.HelperQueue = true, true
+	s.execute(Features{}, input())
 	s.result()
 	s.NotContains(s.host.local, activities.RunHelperName)
-	s.Equal("tq-helper", s.host.queues[activities.RunHelperName])
+	s.Equal(HelperTaskQueue(s.host.queues[activities.ConfigureName]), s.host.queues[activities.RunHelperName])
+}
+
+func without(names []string, drop string) []string {
+	var out []string
+	for _, n := range names {
+		if n != drop {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// A name that never answers (a forged sighting, a host gone) costs two tries of each read, not
+// five, and one stale check; a host that answered one read gets the rest of its tries.
+func (s *ProvisionSuite) TestNeverAnsweredGivesUpAfterTwoTries() {
+	nr := activities.ErrTypeNoReply
+	five := []string{nr, nr, nr, nr, nr}
+	s.host.script = map[string][]string{activities.FetchJWTName: five, activities.Gen25519Name: five, activities.InventoryName: five}
+	in := input()
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.execute(Features{JWT: true, ED25519: true}, in)
+	s.Require().Error(s.env.GetWorkflowError())
+	for _, read := range []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName} {
+		s.Equal(2, countOf(s.host.calls, read), read)
+	}
+}
+
+func (s *ProvisionSuite) TestAnsweredHostGetsTheRestOfItsTries() {
+	nr := activities.ErrTypeNoReply
+	s.host.script = map[string][]string{activities.InventoryName: {nr, nr, nr, nr}}
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(5, countOf(s.host.calls, activities.InventoryName))
+	s.Equal(1, countOf(s.host.calls, activities.FetchJWTName))
+}
+
+// A failure of ours (the broker) is no sign of the host: every try.
+func (s *ProvisionSuite) TestOurFailuresGetEveryTry() {
+	rpc := activities.ErrTypeRPC
+	four := []string{rpc, rpc, rpc, rpc}
+	s.host.script = map[string][]string{activities.FetchJWTName: four, activities.Gen25519Name: four, activities.InventoryName: four}
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal(5, countOf(s.host.calls, activities.InventoryName))
+}
+
+// The stale verdict ends the run as provisioned even when the other reads, in front of it, got
+// no reply.
+func (s *ProvisionSuite) TestStaleVerdictWinsOverTheOthersSilence() {
+	nr := activities.ErrTypeNoReply
+	s.host.script = map[string][]string{activities.FetchJWTName: {nr, nr}, activities.Gen25519Name: {nr, nr},
+		activities.InventoryName: {activities.ErrTypeNotProvisioning}}
+	in := input()
+	in.SeenAt = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	s.execute(Features{JWT: true, ED25519: true}, in)
+	res := s.result()
+	s.Equal(OutcomeProvisioned, res.Outcome)
+	s.Contains(res.Message, "stale sighting")
+	s.Equal(1, countOf(s.host.calls, activities.InventoryName))
 }

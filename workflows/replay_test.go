@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,50 +11,52 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/choria-temporal/provisioner/activities"
 )
 
-// Histories recorded from real runs (internal/integration, WRITE_REPLAY_HISTORY) must replay
-// against the current ProvisionHost and ProvisionerControl: a change that breaks this breaks every
-// running workflow.
-// When a change must alter the command sequence, give it a new version in ProvisionInput.Version
-// (api.go) and record a new history beside the old ones.
+// Histories recorded from real runs of the current workflow (internal/integration,
+// WRITE_REPLAY_HISTORY) must replay against ProvisionHost and ProvisionerControl as a worker
+// registers them (Register). From the first release on, a change that breaks this breaks every
+// running workflow: it follows the upgrade story in docs/architecture.md and keeps the
+// released histories here. The replayer is registered with an empty policy on purpose: a run
+// follows the policy its history recorded, never the replaying worker's.
 func TestReplayRecordedHistories(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	require.NoError(t, err)
-	require.NotEmpty(t, files)
+	// every path the workflow has: each a real run's history
+	for _, path := range []string{"provision-ed25519", "provision-pki", "provision-pki-denied-csr", "provision-defer-helper-failures",
+		"provision-shutdown", "provision-upgrade", "provision-paused-in-helper", "provision-fast", "control-pause-resume"} {
+		require.Contains(t, files, filepath.Join("testdata", path+".json"))
+	}
 	for _, f := range files {
+		hist := readHistory(t, f)
 		r := worker.NewWorkflowReplayer()
-		r.RegisterWorkflowWithOptions(ProvisionHost, workflow.RegisterOptions{Name: WorkflowName})
-		r.RegisterWorkflowWithOptions(ProvisionerControl, workflow.RegisterOptions{Name: ControlWorkflowName})
-		require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f), f)
+		Register(r, Policy{})
+		require.NoError(t, r.ReplayWorkflowHistoryWithOptions(nil, hist, worker.ReplayWorkflowHistoryOptions{
+			OriginalExecution: workflow.Execution{ID: recordedWorkflowID(t, hist)}}), f)
 	}
 }
 
-// A run's helper call goes to the run's own task queue when the worker completing its task has a
-// helper slot free, and to the helper task queue otherwise (helperHere); replay asks no process
-// and so chooses the helper queue. This recorded run went the other way, and must replay all the
-// same: replay matches an activity by ID and type, not by task queue.
-func TestReplayIgnoresWhereTheHelperWent(t *testing.T) {
-	const f = "testdata/provision-ed25519-v6-helper-here.json"
-	b, err := os.ReadFile(f)
+func readHistory(t *testing.T, file string) *historypb.History {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	require.NoError(t, err)
 	var hist historypb.History
 	require.NoError(t, protojson.Unmarshal(b, &hist))
-	var helperQueue, runQueue string
-	for _, ev := range hist.GetEvents() {
-		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
-			runQueue = a.GetTaskQueue().GetName()
-		}
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activities.RunHelperName {
-			helperQueue = a.GetTaskQueue().GetName()
-		}
-	}
-	require.NotEmpty(t, runQueue)
-	require.Equal(t, runQueue, helperQueue, "the recorded helper call stayed on the run's own task queue")
+	return &hist
+}
 
-	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflowWithOptions(ProvisionHost, workflow.RegisterOptions{Name: WorkflowName})
-	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f))
+// recordedWorkflowID is the workflow ID a recorded run had (a history does not carry it): the
+// host's, from its input, or the control workflow's, from its task queue.
+func recordedWorkflowID(t *testing.T, hist *historypb.History) string {
+	t.Helper()
+	start := hist.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes()
+	require.NotNil(t, start)
+	if start.GetWorkflowType().GetName() == ControlWorkflowName {
+		return ControlWorkflowID(start.GetTaskQueue().GetName())
+	}
+	var in struct {
+		Identity string `json:"identity"`
+	}
+	require.NoError(t, json.Unmarshal(start.GetInput().GetPayloads()[0].GetData(), &in))
+	return WorkflowID(in.Identity)
 }

@@ -11,13 +11,13 @@ import (
 // step runs one step with its row of the step table and records each run in the timeline.
 // Steps with workflow-level attempts (the helper) retry here rather than in the activity.
 func (p *provisioner) step(ctx workflow.Context, step string, arg any, result any) error {
-	// a fleet-wide pause holds the host here, before its next RPC
-	if err := workflow.Await(ctx, func() bool { return !p.status.Paused }); err != nil {
+	if err := p.awaitResume(ctx); err != nil {
 		return err
 	}
 	p.status.Step = step
 	spec := specOf(step)
-	if !p.transitionsOnly || spec.findable {
+	p.details(ctx, step+": "+spec.summary)
+	if spec.findable {
 		if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
 			return err
 		}
@@ -37,28 +37,41 @@ func (p *provisioner) step(ctx workflow.Context, step string, arg any, result an
 			return &stepError{step: step, err: err}
 		}
 		p.log.Warn("step failed, retrying", "step", step, "attempt", attempt, "error", reason(err))
-		if err := workflow.Sleep(ctx, backoff); err != nil {
+		if err := p.sleep(ctx, backoff, "retrying "+step+" after: "+reason(err)); err != nil {
 			return err
 		}
 		backoff *= 2
 	}
 }
 
+// awaitResume holds the host while provisioning is paused fleet-wide, before its next RPC.
+func (p *provisioner) awaitResume(ctx workflow.Context) error {
+	if p.status.Paused {
+		p.details(ctx, "paused: provisioning is paused fleet-wide (hosts resume)")
+	}
+	return workflow.Await(ctx, func() bool { return !p.status.Paused })
+}
+
 // runOnce runs the step's activity (with its own retries) once and records it in the timeline.
 func (p *provisioner) runOnce(ctx workflow.Context, step string, attempt int, spec stepSpec, arg, result any) error {
-	p.stepRuns++
 	p.status.Attempt = attempt
-	p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
-	rec := &p.status.Timeline[len(p.status.Timeline)-1]
-	err := p.record(rec, p.execute(ctx, spec, arg).Get(ctx, result), result, workflow.Now(ctx))
-	if err == nil && spec.attempts > 1 && rec.Attempts == 0 {
-		rec.Attempts = 1 // the workflow runs each attempt of this step itself
+	at := p.begin(ctx, step)
+	err := p.record(at, p.execute(ctx, spec, arg).Get(ctx, result), result, workflow.Now(ctx))
+	if err == nil && spec.attempts > 1 && p.status.Timeline[at].Attempts == 0 {
+		p.status.Timeline[at].Attempts = 1 // the workflow runs each attempt of this step itself
 	}
 	return err
 }
 
-// record puts how a run of a step ended into its timeline entry.
-func (p *provisioner) record(rec *StepRecord, err error, result any, ended time.Time) error {
+// begin opens a timeline entry for a run of step and returns its index.
+func (p *provisioner) begin(ctx workflow.Context, step string) int {
+	p.status.Timeline = append(p.status.Timeline, StepRecord{Step: step, Started: workflow.Now(ctx)})
+	return len(p.status.Timeline) - 1
+}
+
+// record puts how the run of a step at index at of the timeline ended into its entry.
+func (p *provisioner) record(at int, err error, result any, ended time.Time) error {
+	rec := &p.status.Timeline[at]
 	rec.Ended = ended
 	if err != nil {
 		rec.Attempts = failedAttempts(err)
@@ -70,4 +83,14 @@ func (p *provisioner) record(rec *StepRecord, err error, result any, ended time.
 		rec.Attempts = a.GetAttempt()
 	}
 	return nil
+}
+
+// sleep waits on a durable timer that the Web UI shows with why.
+func (p *provisioner) sleep(ctx workflow.Context, d time.Duration, why string) error {
+	return workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: why}).Get(ctx, nil)
+}
+
+// details is what the Web UI's host page says the run is doing now (its current details).
+func (p *provisioner) details(ctx workflow.Context, now string) {
+	workflow.SetCurrentDetails(ctx, now)
 }

@@ -56,7 +56,7 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("rounds", "Run every build this many times on each scenario, in turns, and report medians and the range of this build's ratios (with --baseline-bin or --original-bin)").Default("1").IntVar(&b.rounds)
 	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
 	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
-	cmd.Flag("markdown", "Markdown file whose generated table is rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
+	cmd.Flag("markdown", "Markdown file whose generated sections (between their markers) are rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
 }
 
 func (b *benchCommand) run(ctx context.Context) error {

@@ -128,7 +128,8 @@ func (d *devCommand) run(ctx context.Context) error {
 		return err
 	}
 	// the Web UI has no login here, so it cannot pass a token: the codec server trusts its origin
-	// (loopback only, CORS for that origin only); the temporal CLI still presents the token
+	// for this user's browser (loopback only, CORS for that origin only, the peer's socket of this
+	// user); the temporal CLI still presents the token
 	uiOrigins := []string{stack.UIURL(), fmt.Sprintf("http://localhost:%d", d.uiPort)}
 	if _, err := codec.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", d.codecPort), cd, codec.ServerOptions{Token: token, Origins: uiOrigins, DevTrustOrigins: true}); err != nil {
 		return fmt.Errorf("codec server: %w", err)

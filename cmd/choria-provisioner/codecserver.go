@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/choria-io/fisk"
@@ -22,6 +23,7 @@ type codecServerCommand struct {
 	tokenFile string
 	origins   []string
 	devTrust  bool
+	devUIDs   []uint32
 	issuer    string
 	audience  string
 	tlsCert   string
@@ -38,7 +40,8 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("oidc-audience", "The audience those access tokens must carry").StringVar(&c.audience)
 	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
 	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
-	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode for browsers from the --cors-origin origins without a token (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
+	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode without a token for browsers from the --cors-origin origins run by this user (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
+	cmd.Flag("dev-trust-uid", "With --dev-trust-origins: the user ID whose browser is served (repeatable; default: this process's user)").Uint32ListVar(&c.devUIDs)
 }
 
 func (c *codecServerCommand) run(ctx context.Context) error {
@@ -57,7 +60,7 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust}
+	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs}
 	if c.issuer != "" || c.audience != "" {
 		if o.OIDC, err = codec.NewOIDCVerifier(ctx, c.issuer, c.audience, nil); err != nil {
 			return err
@@ -86,7 +89,12 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 		fmt.Printf("accepting access tokens of %s for audience %s\n", c.issuer, c.audience)
 	}
 	if c.devTrust {
-		fmt.Printf("DEVELOPMENT MODE: browsers from %s are served without a token (loopback only); everyone else needs the bearer token\n", strings.Join(c.origins, ", "))
+		who := fmt.Sprintf("user %d", os.Getuid())
+		if len(c.devUIDs) > 0 {
+			who = fmt.Sprintf("user IDs %v", c.devUIDs)
+		}
+		fmt.Printf("DEVELOPMENT MODE: browsers of %s from %s are served without a token (loopback only); everyone else needs the bearer token\n",
+			who, strings.Join(c.origins, ", "))
 	}
 	<-ctx.Done()
 	return nil

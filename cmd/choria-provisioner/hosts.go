@@ -18,6 +18,8 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // Exit codes of the hosts commands.
@@ -112,7 +114,7 @@ func (h *hostsCommand) operator(ctx context.Context) (*operator.Operator, func()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", operator.ErrUnreachable, err)
 	}
-	return &operator.Operator{C: c, DC: dc, TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace}, c.Close, nil
+	return &operator.Operator{C: c, DC: dc, Starter: service.Starter(cfg), TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace}, c.Close, nil
 }
 
 func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
@@ -159,7 +161,7 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 			return json.NewEncoder(h.out).Encode(st)
 		}
 		if st.Paused {
-			fmt.Fprintf(h.out, "paused since %s by %s: %s\n", st.Since.Format(time.RFC3339), st.By, st.Reason)
+			fmt.Fprintf(h.out, "paused since %s by %s: %s\n", st.Since.Format(time.RFC3339), safe(st.By), safe(st.Reason))
 		} else {
 			fmt.Fprintln(h.out, "not paused")
 		}
@@ -182,7 +184,8 @@ func (h *hostsCommand) printHosts(hosts []operator.Host) error {
 	w := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "IDENTITY\tSITE\tOUTCOME\tSTEP\tSTATUS\tRUNS\tSTARTED\tREASON")
 	for _, x := range hosts {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", x.Identity, x.Site, x.Outcome, x.Step, x.Status, x.Runs, x.Started.Local().Format("2006-01-02 15:04:05"), truncate(x.Reason, 100))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", safe(x.Identity), safe(x.Site), safe(x.Outcome), safe(x.Step), x.Status, x.Runs,
+			x.Started.Local().Format("2006-01-02 15:04:05"), textsafe.Clean(x.Reason, 100))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -191,12 +194,10 @@ func (h *hostsCommand) printHosts(hosts []operator.Host) error {
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n-3] + "..."
-	}
-	return s
-}
+// safe is text of the hosts' or of a workflow's making as a terminal may show it: no control
+// characters or escape sequences (a host's status message, a helper's stderr, an identity),
+// at most 1 KiB. JSON output escapes them instead.
+func safe(s string) string { return textsafe.Clean(s, 1024) }
 
 func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
 	d, err := op.Show(ctx, h.identities[0])
@@ -206,58 +207,67 @@ func (h *hostsCommand) show(ctx context.Context, op *operator.Operator) error {
 	if h.json {
 		return json.NewEncoder(h.out).Encode(d)
 	}
+	return h.printDetail(d)
+}
+
+func (h *hostsCommand) printDetail(d *operator.Detail) error {
 	w := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
-	fmt.Fprintf(w, "Identity:\t%s\n", d.Identity)
-	fmt.Fprintf(w, "Workflow:\t%s (run %s)\n", d.WorkflowID, d.RunID)
-	fmt.Fprintf(w, "Site:\t%s\n", d.Site)
-	fmt.Fprintf(w, "Status:\t%s, outcome %s, step %s\n", d.Host.Status, d.Outcome, d.Step)
+	fmt.Fprintf(w, "Identity:\t%s\n", safe(d.Identity))
+	fmt.Fprintf(w, "Workflow:\t%s (run %s)\n", safe(d.WorkflowID), d.RunID)
+	fmt.Fprintf(w, "Site:\t%s\n", safe(d.Site))
+	fmt.Fprintf(w, "Status:\t%s, outcome %s, step %s\n", d.Host.Status, safe(d.Outcome), safe(d.Step))
 	fmt.Fprintf(w, "Started:\t%s\n", d.Started.Local().Format(time.RFC3339))
 	if !d.Closed.IsZero() {
 		fmt.Fprintf(w, "Closed:\t%s (%s)\n", d.Closed.Local().Format(time.RFC3339), d.Closed.Sub(d.Started).Round(time.Millisecond))
 	}
 	if d.Reason != "" {
-		fmt.Fprintf(w, "Reason:\t%s\n", d.Reason)
+		fmt.Fprintf(w, "Reason:\t%s\n", safe(d.Reason))
 	}
 	if st := d.State; st != nil {
 		if st.HelperDecision != "" {
-			fmt.Fprintf(w, "Helper:\t%s: %s\n", st.HelperDecision, st.HelperMessage)
+			fmt.Fprintf(w, "Helper:\t%s: %s\n", st.HelperDecision, safe(st.HelperMessage))
 		}
 		if st.ServerVersion != "" {
-			fmt.Fprintf(w, "Server version:\t%s\n", st.ServerVersion)
+			fmt.Fprintf(w, "Server version:\t%s\n", safe(st.ServerVersion))
 		}
-		fmt.Fprintf(w, "Sightings:\t%d, defers %d, paused %v\n", st.Sightings, st.Defers, st.Paused)
+		fmt.Fprintf(w, "Found:\t%s, defers %d, paused %v\n", found(st), st.Defers, st.Paused)
 		if st.LastError != "" {
-			fmt.Fprintf(w, "Last error:\t%s\n", st.LastError)
+			fmt.Fprintf(w, "Last error:\t%s\n", safe(st.LastError))
 		}
 	}
 	for _, p := range d.Pending {
-		fmt.Fprintf(w, "In flight:\t%s attempt %d %s\n", p.Activity, p.Attempt, p.LastFailure)
+		fmt.Fprintf(w, "In flight:\t%s attempt %d %s\n", safe(p.Activity), p.Attempt, safe(p.LastFailure))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if d.State != nil && len(d.State.Timeline) > 0 {
-		fmt.Fprintln(h.out, "\nTimeline:")
-		tw := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR OR NOTE")
-		for _, r := range d.State.Timeline {
-			took := ""
-			if !r.Ended.IsZero() {
-				took = r.Ended.Sub(r.Started).Round(time.Millisecond).String()
-			}
-			attempts := "-"
-			if r.Attempts > 0 {
-				attempts = fmt.Sprint(r.Attempts)
-			}
-			msg := r.Error
-			if msg == "" {
-				msg = r.Note
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.Step, r.Started.Local().Format("15:04:05.000"), took, attempts, msg)
-		}
-		return tw.Flush()
+		return h.timeline(d.State.Timeline)
 	}
 	return nil
+}
+
+// timeline prints a run's steps, one a line.
+func (h *hostsCommand) timeline(steps []workflows.StepRecord) error {
+	fmt.Fprintln(h.out, "\nTimeline:")
+	tw := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STEP\tSTARTED\tTOOK\tATTEMPTS\tERROR OR NOTE")
+	for _, r := range steps {
+		took := ""
+		if !r.Ended.IsZero() {
+			took = r.Ended.Sub(r.Started).Round(time.Millisecond).String()
+		}
+		attempts := "-"
+		if r.Attempts > 0 {
+			attempts = fmt.Sprint(r.Attempts)
+		}
+		msg := r.Error
+		if msg == "" {
+			msg = r.Note
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", safe(r.Step), r.Started.Local().Format("15:04:05.000"), took, attempts, safe(msg))
+	}
+	return tw.Flush()
 }
 
 func (h *hostsCommand) retry(ctx context.Context, op *operator.Operator) error {
@@ -277,7 +287,7 @@ func (h *hostsCommand) retry(ctx context.Context, op *operator.Operator) error {
 		if len(sum.Skipped) > 0 {
 			fmt.Fprintf(h.out, ", skipped %d:\n", len(sum.Skipped))
 			for id, why := range sum.Skipped {
-				fmt.Fprintf(h.out, "  %s: %s\n", id, why)
+				fmt.Fprintf(h.out, "  %s: %s\n", safe(id), safe(why))
 			}
 		} else {
 			fmt.Fprintln(h.out)
@@ -323,7 +333,7 @@ func (h *hostsCommand) reprovision(ctx context.Context) error {
 	for _, id := range h.identities {
 		if res[id] != nil {
 			failed++
-			fmt.Fprintf(h.out, "%s: %v\n", id, res[id])
+			fmt.Fprintf(h.out, "%s: %s\n", safe(id), safe(res[id].Error()))
 		} else {
 			fmt.Fprintf(h.out, "%s: restarting into provisioning mode\n", id)
 		}
@@ -332,4 +342,12 @@ func (h *hostsCommand) reprovision(ctx context.Context) error {
 		return fmt.Errorf("%d of %d hosts could not be reprovisioned", failed, len(h.identities))
 	}
 	return nil
+}
+
+// found says how the run's sighting was made, and when.
+func found(st *workflows.Status) string {
+	if st.SeenAt.IsZero() {
+		return "by " + st.Source
+	}
+	return fmt.Sprintf("by %s at %s", st.Source, st.SeenAt.Local().Format(time.RFC3339))
 }

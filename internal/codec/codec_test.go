@@ -63,7 +63,8 @@ func TestTamperingIsDetected(t *testing.T) {
 	require.Error(t, err)
 }
 
-func TestPlainPayloadsPassThrough(t *testing.T) {
+// Operators' tools (the codec server, the CLI) show what is not encrypted as it is.
+func TestOperatorCodecPassesPlainPayloadsThrough(t *testing.T) {
 	c, err := New(NewKey())
 	require.NoError(t, err)
 	plain, err := converter.GetDefaultDataConverter().ToPayload("plain")

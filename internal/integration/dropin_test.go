@@ -166,7 +166,8 @@ func listening(t *testing.T, port int) []string {
 // The Choria Provisioner's command line and files: `choria-provisioner --debug run --config FILE
 // --choria-config FILE --pid FILE`, a YAML without our choria_config and monitor_address keys.
 // The process provisions, writes its pid, serves /metrics on every interface of monitor_port
-// with the Choria Provisioner's series at 0 from the start and go-choria's process-wide ones.
+// with the Choria Provisioner's series at 0 from the start and go-choria's process-wide ones, and
+// the signer token's expiry.
 func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 2})
 	port, err := devstack.FreePort()
@@ -219,6 +220,10 @@ func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
 	m := scrape()
 	require.Contains(t, m, `choria_provisioner_provisioned{site="dev"} 2`)
 	require.Contains(t, m, "choria_connector_")
+	// the signer's expiry, read from jwt_signing_token, for the expiring-signer alert
+	exp, err := service.SignerExpiry(e.stack.Creds.ProvisionerJWT)
+	require.NoError(t, err)
+	require.Contains(t, m, fmt.Sprintf(`choria_provisioner_signer_expiry_timestamp_seconds{site="dev"} %g`, float64(exp.Unix())))
 	log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "cli.log"))
 	require.NoError(t, err)
 	require.Contains(t, string(log), `"level":"debug"`, "--debug before the command")

@@ -92,14 +92,7 @@ func TestIntegrationFaultKillDuringRestart(t *testing.T) {
 	hosts := envInt(t, "FAULTS_RESTART_HOSTS", 100)
 	e := newEnv(t, envOptions{})
 	status := e.startFleetSim(hosts, "--prefix", "rst-", "--reply-delay", "restart=5s")
-	a := e.processProvisioner("replica-a")
-	e.processProvisioner("replica-b")
-	restarting := func(h fleetsim.HostState) bool { return h.Restarting }
-	e.simWait(status, max(10, hosts/10), 5*time.Minute, "restarting", restarting)
-	require.NoError(t, syscall.Kill(-a.Process.Pid, syscall.SIGKILL))
-	killed := time.Now()
-	inWindow := simCount(status(), restarting)
-	e.processProvisioner("replica-a-again")
+	killed, inWindow := e.killInWindow(status, hosts, "restarting", func(h fleetsim.HostState) bool { return h.Restarting })
 
 	r := e.simOutcome("rst-", status, hosts, killed, 10*time.Minute)
 	r.log(t, fmt.Sprintf("kill -9 during restart (%d of %d hosts restarting, replies held 5 s)", inWindow, hosts), time.Since(began))
@@ -119,18 +112,27 @@ func TestIntegrationFaultFastModeKillAfterConfigure(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	require.True(t, e.cfg.Temporal.FastMode)
 	status := e.startFleetSim(hosts, "--prefix", "fast-", "--reply-delay", "configure=3s")
-	a := e.processProvisioner("replica-a")
-	e.processProvisioner("replica-b")
 	awaiting := func(h fleetsim.HostState) bool { return h.Configured && !h.Restarting && !h.Restarted }
-	e.simWait(status, max(10, hosts/10), 5*time.Minute, "configured, not restarting", awaiting)
-	require.NoError(t, syscall.Kill(-a.Process.Pid, syscall.SIGKILL))
-	killed := time.Now()
-	inWindow := simCount(status(), awaiting)
-	e.processProvisioner("replica-a-again")
+	killed, inWindow := e.killInWindow(status, hosts, "configured, not restarting", awaiting)
 
 	r := e.simOutcome("fast-", status, hosts, killed, 10*time.Minute)
 	r.log(t, fmt.Sprintf("fast mode, kill -9 after configure (%d of %d hosts configured and not restarting, replies held 3 s)", inWindow, hosts), time.Since(began))
 	require.Zero(t, r.lost, "hosts lost")
 	require.Zero(t, r.twice, "%d hosts were configured twice with different credentials: fast mode ran gen25519, sign and configure again after the kill "+
 		"(issue 27 item 6; making configure a regular activity in fast mode is the lead's change)", r.twice)
+}
+
+// killInWindow runs two provisioner processes, waits until a tenth of the hosts (10 at the
+// least) are in the window, kills one with SIGKILL and starts it again; it returns when the kill
+// was and how many hosts were in the window then.
+func (e *env) killInWindow(status func() fleetsim.Status, hosts int, what string, in func(fleetsim.HostState) bool) (time.Time, int) {
+	e.t.Helper()
+	a := e.processProvisioner("replica-a")
+	e.processProvisioner("replica-b")
+	e.simWait(status, max(10, hosts/10), 5*time.Minute, what, in)
+	require.NoError(e.t, syscall.Kill(-a.Process.Pid, syscall.SIGKILL))
+	killed := time.Now()
+	inWindow := simCount(status(), in)
+	e.processProvisioner("replica-a-again")
+	return killed, inWindow
 }

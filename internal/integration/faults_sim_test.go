@@ -117,25 +117,25 @@ func (r simFault) require(t *testing.T) {
 // envInt is an integer from the environment (a scenario's full size), else def (its size in make test).
 func envInt(t *testing.T, name string, def int) int {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	require.NoError(t, err, "%s=%q", name, v)
-	return n
+	return envValue(t, name, def, strconv.Atoi)
 }
 
 // envDuration is envInt for durations.
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	t.Helper()
+	return envValue(t, name, def, time.ParseDuration)
+}
+
+// envValue is the environment's value of name as parse reads it, else def.
+func envValue[T any](t *testing.T, name string, def T, parse func(string) (T, error)) T {
+	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
+	n, err := parse(v)
 	require.NoError(t, err, "%s=%q", name, v)
-	return d
+	return n
 }
 
 // simWait waits until at least n simulated hosts satisfy f; a simulator that exited ends it at once.

@@ -18,10 +18,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
@@ -37,7 +40,10 @@ type env struct {
 	stack  *devstack.Stack
 	cfg    *config.Config
 	client client.Client
-	simErr atomic.Pointer[string] // a fleet-sim process that exited before the test's end: why
+	// refusals is set by tests that make the worker refuse payloads or tasks; every other test's
+	// replicas must refuse nothing (each of their payloads is the worker's own)
+	refusals bool
+	simErr   atomic.Pointer[string] // a fleet-sim process that exited before the test's end: why
 }
 
 type envOptions struct {
@@ -137,9 +143,16 @@ func watchStack(t *testing.T, stack *devstack.Stack) {
 // provisioner runs one provisioner replica in this process until the test ends.
 func (e *env) provisioner(name string) *service.Service {
 	e.t.Helper()
+	return e.replica(name, service.Options{Worker: true, Discovery: true})
+}
+
+// replica runs the parts of a provisioner opts choose in this process until the test ends.
+func (e *env) replica(name string, opts service.Options) *service.Service {
+	e.t.Helper()
 	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, name+".log"))
 	require.NoError(e.t, err)
-	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), service.Options{Worker: true, Discovery: true, Registry: prometheus.NewRegistry()})
+	opts.Registry = prometheus.NewRegistry()
+	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), opts)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -154,8 +167,30 @@ func (e *env) provisioner(name string) *service.Service {
 		cancel()
 		e.t.Fatal("provisioner did not start")
 	}
-	e.t.Cleanup(func() { cancel(); <-done })
+	e.t.Cleanup(func() {
+		cancel()
+		<-done
+		if !e.refusals {
+			assert.Zero(e.t, refusedTotal(e.t, svc), "%s refused payloads or tasks of its own runs", name)
+		}
+	})
 	return svc
+}
+
+// refusedTotal is what choria_provisioner_refused_payloads counted, every reason.
+func refusedTotal(t *testing.T, svc *service.Service) float64 {
+	t.Helper()
+	families, err := svc.Registry().Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == "choria_provisioner_refused_payloads" {
+			for _, m := range f.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
 }
 
 // waitProvisioned waits until every fleet member runs as a normal server on its written config.
@@ -288,17 +323,28 @@ func helperQueue(events []*historypb.HistoryEvent) string {
 // localActivities lists the activity types a history ran as local activities, in order.
 func (e *env) localActivities(events []*historypb.HistoryEvent) []string {
 	e.t.Helper()
+	return e.decodeEach(events, func(dc converter.DataConverter, ev *historypb.HistoryEvent) (string, bool) {
+		m := ev.GetMarkerRecordedEventAttributes()
+		if m.GetMarkerName() != "LocalActivity" {
+			return "", false
+		}
+		var data struct{ ActivityType string }
+		require.NoError(e.t, dc.FromPayloads(m.GetDetails()["data"], &data))
+		return data.ActivityType, true
+	})
+}
+
+// decodeEach lists, in order, what f makes of each event it keeps, with the data converter the
+// provisioner uses (payloads and failure messages in a history are encrypted).
+func (e *env) decodeEach(events []*historypb.HistoryEvent, f func(converter.DataConverter, *historypb.HistoryEvent) (string, bool)) []string {
+	e.t.Helper()
 	dc, _, err := service.DataConverter(e.cfg)
 	require.NoError(e.t, err)
 	var out []string
 	for _, ev := range events {
-		m := ev.GetMarkerRecordedEventAttributes()
-		if m.GetMarkerName() != "LocalActivity" {
-			continue
+		if v, ok := f(dc, ev); ok {
+			out = append(out, v)
 		}
-		var data struct{ ActivityType string }
-		require.NoError(e.t, dc.FromPayloads(m.GetDetails()["data"], &data))
-		out = append(out, data.ActivityType)
 	}
 	return out
 }
@@ -329,14 +375,19 @@ func isCommandEvent(ev *historypb.HistoryEvent) bool {
 		ev.GetWorkflowExecutionContinuedAsNewEventAttributes() != nil
 }
 
-func activityFailures(events []*historypb.HistoryEvent) []string {
-	var out []string
-	for _, ev := range events {
-		if a := ev.GetActivityTaskFailedEventAttributes(); a != nil {
-			out = append(out, a.GetFailure().GetMessage())
+// activityFailures lists the messages of a history's failed activity attempts, decrypted (failure
+// messages are encrypted like payloads).
+func (e *env) activityFailures(events []*historypb.HistoryEvent) []string {
+	e.t.Helper()
+	return e.decodeEach(events, func(dc converter.DataConverter, ev *historypb.HistoryEvent) (string, bool) {
+		a := ev.GetActivityTaskFailedEventAttributes()
+		if a == nil {
+			return "", false
 		}
-	}
-	return out
+		f := proto.Clone(a.GetFailure()).(*failurepb.Failure)
+		converter.DecodeCommonFailureAttributes(dc, f)
+		return f.GetMessage(), true
+	})
 }
 
 // waitOutcome waits until a host's latest run has outcome and returns its detail.

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/choria-temporal/provisioner/discovery"
+	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
@@ -213,14 +213,14 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
 	e.setFlag("helper-slow", false)
-	time.Sleep(workflows.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
+	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
 	_, err = svc.Sweep(ctx)
 	require.NoError(t, err)
 	e.waitProvisioned(60*time.Second, slow, fresh)
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)
 	e.writeReplayHistoryOf("control-pause-resume", workflows.ControlWorkflowID(e.cfg.Temporal.TaskQueue))
-	e.writeReplayHistory("provision-paused-in-helper-v5-lean", slow.Identity) // pause and resume signals mid-run
+	e.writeReplayHistory("provision-paused-in-helper", slow.Identity) // pause and resume signals mid-run
 }
 
 // A failed host is retried automatically when it is sighted again: the next sweep starts a new
@@ -305,11 +305,10 @@ func TestIntegrationSweepListsTheRunsAtWork(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond)
 
 	waiting := e.stack.Opts.IdentityPrefix + "waiting"
-	in := service.WorkflowInput(e.cfg)
-	in.Identity = waiting
-	_, err = e.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.WorkflowID(waiting),
-		TaskQueue: e.cfg.Temporal.TaskQueue + "-nobody-polls", TypedSearchAttributes: workflows.StartSearchAttributes(in)},
-		workflows.WorkflowName, in)
+	in := workflows.ProvisionInput{Identity: waiting, Source: workflows.SourceOperator}
+	opts := service.Starter(e.cfg).Options(in)
+	opts.TaskQueue += "-nobody-polls"
+	_, err = e.client.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.client.TerminateWorkflow(ctx, workflows.WorkflowID(waiting), "", "test over") })
 

@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/activities"
@@ -43,7 +41,8 @@ func TestIntegrationRetryFailedHundredHosts(t *testing.T) {
 	var broken atomic.Bool
 	broken.Store(true)
 	w := worker.New(tc, queue, worker.Options{})
-	w.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	workflows.Register(w, workflows.Policy{Site: "bench"})
+	starter := workflows.Starter{TaskQueue: queue, Site: "bench"}
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
 		if broken.Load() {
 			return nil, temporal.NewNonRetryableApplicationError("inventory: CMDB is down", activities.ErrTypeAborted, nil)
@@ -66,12 +65,11 @@ func TestIntegrationRetryFailedHundredHosts(t *testing.T) {
 
 	for i := 0; i < hosts; i++ {
 		id := fmt.Sprintf("retry100-node-%03d.example", i)
-		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.WorkflowID(id), TaskQueue: queue,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE}, workflows.WorkflowName,
-			workflows.ProvisionInput{Identity: id, Site: "bench"})
+		in := workflows.ProvisionInput{Identity: id, Source: workflows.SourceOperator}
+		_, err := tc.ExecuteWorkflow(ctx, starter.Options(in), workflows.WorkflowName, in)
 		require.NoError(t, err)
 	}
-	op := &operator.Operator{C: tc, DC: dc, TaskQueue: queue}
+	op := &operator.Operator{C: tc, DC: dc, Starter: starter, TaskQueue: queue}
 	require.Eventually(t, func() bool {
 		l, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed})
 		return err == nil && len(l) == hosts

@@ -22,8 +22,8 @@ import (
 
 // historyDump is every history of the test's task queue as Temporal stores it: the events as
 // JSON and, separately, the raw bytes of every payload (protojson shows those base64-encoded, so
-// they are searched as bytes).
-func (e *env) historyDump() (events []byte, payloads [][]byte) {
+// they are searched as bytes), and the payloads themselves.
+func (e *env) historyDump() (events []byte, payloads [][]byte, whole []*commonpb.Payload) {
 	e.t.Helper()
 	ctx := context.Background()
 	resp, err := e.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("TaskQueue = '%s'", e.cfg.Temporal.TaskQueue)})
@@ -44,6 +44,7 @@ func (e *env) historyDump() (events []byte, payloads [][]byte) {
 		require.NoError(e.t, proxy.VisitPayloads(ctx, hist, proxy.VisitPayloadsOptions{
 			Visitor: func(_ *proxy.VisitPayloadsContext, ps []*commonpb.Payload) ([]*commonpb.Payload, error) {
 				for _, p := range ps {
+					whole = append(whole, p)
 					payloads = append(payloads, p.GetData())
 					for _, m := range p.GetMetadata() {
 						payloads = append(payloads, m)
@@ -53,7 +54,7 @@ func (e *env) historyDump() (events []byte, payloads [][]byte) {
 			},
 		}))
 	}
-	return buf.Bytes(), payloads
+	return buf.Bytes(), payloads, whole
 }
 
 func (e *env) secrets(m []*devstack.FleetMember) map[string]string {
@@ -103,7 +104,7 @@ func TestIntegrationNoSecretsInHistoryOrLogs(t *testing.T) {
 				e.runs(m.Identity, 1)
 			}
 
-			events, payloads := e.historyDump()
+			events, payloads, whole := e.historyDump()
 			log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "replica-a.log"))
 			require.NoError(t, err)
 			require.NotEmpty(t, log)
@@ -120,11 +121,10 @@ func TestIntegrationNoSecretsInHistoryOrLogs(t *testing.T) {
 			_, cd, err := service.DataConverter(e.cfg)
 			require.NoError(t, err)
 			var decoded bytes.Buffer
-			for _, p := range payloads {
-				out, err := cd.Decode([]*commonpb.Payload{{Metadata: map[string][]byte{"encoding": []byte("binary/encrypted"), "encryption-key-id": []byte(cd.ActiveKeyID())}, Data: p}})
-				if err == nil {
-					decoded.Write(out[0].GetData())
-				}
+			for _, p := range whole {
+				out, err := cd.Decode([]*commonpb.Payload{p})
+				require.NoError(t, err)
+				decoded.Write(out[0].GetData())
 			}
 			require.Contains(t, decoded.String(), "plugin.security.", "the codec key reads the history back")
 		})

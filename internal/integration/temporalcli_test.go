@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -56,19 +57,24 @@ func TestIntegrationTemporalCLIForOperators(t *testing.T) {
 	id := workflows.WorkflowID(e.stack.Fleet.Identity(0))
 	out = e.temporalCLI("workflow", "describe", "--workflow-id", id)
 	require.Contains(t, strings.ToLower(out), "failed")
-	out = e.temporalCLI("workflow", "show", "--workflow-id", id)
-	require.Contains(t, out, "CA is down", "the history names each helper failure")
-
-	// status query: encrypted without the codec server, readable with it and its token
-	out = e.temporalCLI("workflow", "query", "--workflow-id", id, "--type", "status")
-	require.Contains(t, out, "encryption-key-id")
-	require.NotContains(t, out, "helper_message")
 	_, cd, err := service.DataConverter(e.cfg)
 	require.NoError(t, err)
 	token := "operator-token-0123456789"
 	srv := httptest.NewServer(codec.Handler(cd, codec.ServerOptions{Token: token}))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	// failure messages are encrypted like payloads: the history names each helper failure
+	// through the codec server only
+	out = e.temporalCLI("workflow", "show", "--workflow-id", id)
+	require.NotContains(t, out, "CA is down")
+	out = e.temporalCLI("workflow", "show", "--workflow-id", id, "--codec-endpoint", "http://"+addr, "--codec-auth", "Bearer "+token, "--output", "json")
+	require.Contains(t, strings.Join(encodedAttributes(t, out), "\n"), "CA is down", "the history names each helper failure")
+
+	// status query: encrypted without the codec server, readable with it and its token
+	out = e.temporalCLI("workflow", "query", "--workflow-id", id, "--type", "status")
+	require.Contains(t, out, "encryption-key-id")
+	require.NotContains(t, out, "helper_message")
 	out = e.temporalCLI("workflow", "query", "--workflow-id", id, "--type", "status",
 		"--codec-endpoint", "http://"+addr, "--codec-auth", "Bearer "+token, "--output", "json")
 	require.Contains(t, out, `CA is down`)
@@ -87,4 +93,35 @@ func TestIntegrationTemporalCLIForOperators(t *testing.T) {
 	for _, m := range e.stack.Fleet.Members {
 		e.verifyServerJWT(m)
 	}
+}
+
+// encodedAttributes are the failures' texts in `temporal workflow show --output json` through the
+// codec server: each failure's encodedAttributes decoded, a JSON payload in base64.
+func encodedAttributes(t *testing.T, out string) []string {
+	t.Helper()
+	var doc any
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	var texts []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if ea, ok := x["encodedAttributes"].(map[string]any); ok {
+				if data, ok := ea["data"].(string); ok {
+					b, err := base64.StdEncoding.DecodeString(data)
+					require.NoError(t, err)
+					texts = append(texts, string(b))
+				}
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
+	return texts
 }

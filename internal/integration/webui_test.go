@@ -91,7 +91,9 @@ func TestIntegrationWebUIShowsHostsAndFailures(t *testing.T) {
 	// the refused host: its reason readable on its page, its input decoded
 	failedPage := fmt.Sprintf("%s/%s/%s", ui, url.PathEscape(failed.WorkflowID), failed.RunID)
 	b.open(failedPage+"/history", `//h2[contains(., "Input")]`)
-	page = b.waitText(fmt.Sprintf(`"identity": %q`, broken))
+	b.waitText(fmt.Sprintf(`"identity": %q`, broken))
+	// the failure's message is encrypted like the payloads: the UI decodes it through the codec
+	page = b.waitText("the demo CA has not approved this host")
 	b.shot(filepath.Join(shots, "ui-failed-host.png"))
 	require.Contains(t, page, "step helper", "the failed step must be named")
 	require.Contains(t, page, "the demo CA has not approved this host", "the failure reason must be on the workflow page")
@@ -179,4 +181,63 @@ func newUIEnv(t *testing.T, o envOptions) *env {
 		Token: codec.NewKey(), Origins: []string{e.stack.UIURL()}, DevTrustOrigins: true})
 	require.NoError(t, err)
 	return e
+}
+
+// The Web UI tells each host's story: a host's page shows its run's summary (identity, site, how
+// it was found), what the run is doing now (the workflow's current details: a deferred host
+// until when and why), and the steps' and timers' summaries. All of it
+// is user metadata, decoded through the codec server; a failed host's failure names the step
+// and why. (UI 2.42's workflow list has fixed columns and no summary column; the list shows each
+// host's workflow ID and status.)
+func TestIntegrationWebUIShowsWhatEachHostIsDoing(t *testing.T) {
+	var deferred string
+	e := newUIEnv(t, envOptions{servers: 3, failing: 1, helper: func(s *devstack.Stack) string {
+		deferred = s.Fleet.Identity(2)
+		script := filepath.Join(s.Opts.Dir, "cmdb-helper.sh")
+		body := fmt.Sprintf(`#!/bin/sh
+input=$(cat)
+case "$input" in
+*'"identity":"%[1]s"'*) echo '{"defer":true,"msg":"CMDB has no record"}'; exit 0;;
+esac
+printf '%%s' "$input" | %[2]s
+`, deferred, s.HelperCommand)
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	e.cfg.DeferDelayDuration = 10 * time.Minute // the deferred host's run stays open
+	e.provisioner("replica-a")
+	good, broken := e.stack.Fleet.Members[1], e.stack.Refused[0]
+	e.waitProvisioned(60*time.Second, good)
+	failed := e.waitFailed(1)[0]
+	e.waitOutcome(deferred, workflows.OutcomeDeferred)
+
+	shots := t.TempDir()
+	if os.Getenv("WRITE_SCREENSHOTS") != "" {
+		shots = filepath.Join("..", "..", "docs", "images")
+	}
+	ui := e.stack.UIURL() + "/namespaces/default/workflows"
+	b := newBrowser(t)
+	b.open(ui+"?query="+url.QueryEscape(`ProvisionSite="dev"`), fmt.Sprintf(`//a[contains(., %q)]`, workflows.WorkflowID(good.Identity)))
+	list := b.text()
+	for _, id := range []string{good.Identity, broken, deferred} {
+		require.Contains(t, list, workflows.WorkflowID(id))
+	}
+
+	d, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(deferred), "")
+	require.NoError(t, err)
+	run := d.GetWorkflowExecutionInfo().GetExecution()
+	b.open(fmt.Sprintf("%s/%s/%s/history", ui, url.PathEscape(run.GetWorkflowId()), run.GetRunId()), `//h2[contains(., "Input")]`)
+	text := b.waitText("deferred by the helper until")
+	b.shot(filepath.Join(shots, "ui-deferred-host.png"))
+	require.Contains(t, text, deferred+" · site dev · found by", "the run's summary")
+	require.Contains(t, text, "CMDB has no record", "why it waits")
+	require.Regexp(t, `until \d\d:\d\d:\d\d UTC`, text, "until when")
+	requireDecoded(t, b)
+
+	b.open(fmt.Sprintf("%s/%s/%s/history", ui, url.PathEscape(failed.WorkflowID), failed.RunID), `//h2[contains(., "Input")]`)
+	text = b.waitText("step helper") // the failure: at which step
+	b.shot(filepath.Join(shots, "ui-failed-host-details.png"))
+	require.Contains(t, text, "the demo CA has not approved this host")
+	require.Contains(t, text, "waiting for the site's helper to decide the configuration", "the steps carry their summaries")
+	requireDecoded(t, b)
 }

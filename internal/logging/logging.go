@@ -17,6 +17,12 @@ const (
 	FieldSite     = "site"
 	FieldStep     = "step"
 	FieldAttempt  = "attempt"
+	// of a refused payload or task
+	FieldReason       = "reason"
+	FieldWorkflowID   = "workflow_id"
+	FieldWorkflowType = "workflow_type"
+	FieldBinding      = "binding"
+	FieldActivity     = "activity"
 )
 
 // New returns a JSON zap logger at level writing to file ("" or "-" for stderr).

@@ -36,6 +36,25 @@ type Metrics struct {
 	WaitingNodes     *prometheus.GaugeVec
 	// ours: sweep sightings of hosts provisioned since the sweep began, not started again
 	StaleSightings *prometheus.CounterVec
+	// ours: when jwt_signing_token expires (Unix seconds); absent without one that expires
+	SignerExpiry *prometheus.GaugeVec
+	// ours: payloads and tasks the worker refused (not ours, or not for the workflow at hand)
+	RefusedPayloads *prometheus.CounterVec
+	// ours: sightings discovery refused before anything was queued or started, by reason
+	SightingsRefused *prometheus.CounterVec
+}
+
+// Reasons discovery refuses a sighting, the reason label of SightingsRefused.
+const (
+	RefusedSize    = "size"    // a startup event or discovery reply larger than discovery reads
+	RefusedInvalid = "invalid" // not a startup event or reply of a valid identity
+	RefusedRate    = "rate"    // over new_hosts_rate: the next sweep finds the host again
+	RefusedFull    = "full"    // a bounded queue of discovery's was full: likewise
+)
+
+// RefusedReasons are every reason label SightingsRefused carries.
+func RefusedReasons() []string {
+	return []string{RefusedSize, RefusedInvalid, RefusedRate, RefusedFull}
 }
 
 // New registers the series on reg.
@@ -54,6 +73,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		Discovered:       counter("discovered", "Nodes a discovery sweep handed over for provisioning (not those a run already works on)"),
 		EventDiscovered:  counter("event_discovered", "Nodes handed over for provisioning on their lifecycle startup event"),
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
+		SightingsRefused: counter("sightings_refused_total", "Startup events and discovery replies refused before anything was queued or started, by reason", "reason"),
+		RefusedPayloads:  counter("refused_payloads", "Payloads and tasks the worker refused: not encrypted by its key, written for another workflow, or of a workflow that is not a host's", "reason"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
@@ -67,8 +88,9 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
+		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -83,7 +105,22 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
 		g.WithLabelValues(site).Set(0)
 	}
+	// and every reason of a refusal, so that an alert on its rate sees the first one
+	for _, r := range RefusedReasons() {
+		m.SightingsRefused.WithLabelValues(site, r).Add(0)
+	}
 	return m, nil
+}
+
+// SetSignerExpiry exports when jwt_signing_token expires. The zero time removes the series: a
+// signer that never expires, or none at all, has no expiry to alert on (and 0 would read as
+// expired in 1970).
+func (m *Metrics) SetSignerExpiry(exp time.Time) {
+	if exp.IsZero() {
+		m.SignerExpiry.DeleteLabelValues(m.Site)
+		return
+	}
+	m.SignerExpiry.WithLabelValues(m.Site).Set(float64(exp.Unix()))
 }
 
 // ObserveRPC records one RPC's duration and, when err is set, its failure.

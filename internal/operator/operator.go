@@ -14,12 +14,15 @@ import (
 	"github.com/choria-io/go-choria/client/choria_provisionclient"
 	"github.com/choria-io/go-choria/inter"
 	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -35,6 +38,7 @@ var (
 type Operator struct {
 	C         client.Client
 	DC        converter.DataConverter
+	Starter   workflows.Starter // how a retry starts a host's new run
 	TaskQueue string
 	Namespace string // empty: Temporal's default namespace
 	// Now is injectable for tests.
@@ -181,7 +185,7 @@ func (o *Operator) closeReason(ctx context.Context, id, run string) string {
 			return ""
 		}
 		if a := ev.GetWorkflowExecutionFailedEventAttributes(); a != nil {
-			return a.GetFailure().GetMessage()
+			return o.message(a.GetFailure())
 		}
 		if a := ev.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
 			return "terminated: " + a.GetReason()
@@ -192,6 +196,23 @@ func (o *Operator) closeReason(ctx context.Context, id, run string) string {
 	}
 	return ""
 }
+
+// message is a failure's message, decrypted: the provisioner encrypts failure messages and stack
+// traces like payloads (codec.FailureConverter). Without the codec key it says so.
+func (o *Operator) message(f *failurepb.Failure) string {
+	if f.GetEncodedAttributes() == nil || o.DC == nil {
+		return f.GetMessage()
+	}
+	f = proto.Clone(f).(*failurepb.Failure)
+	converter.DecodeCommonFailureAttributes(o.DC, f)
+	if f.GetEncodedAttributes() != nil && f.GetMessage() == encodedFailure {
+		return "(encrypted: reading the reason needs the codec key)"
+	}
+	return f.GetMessage()
+}
+
+// encodedFailure is the message the SDK leaves on a failure whose text it encoded.
+const encodedFailure = "Encoded failure"
 
 // Detail is what `hosts show` prints.
 type Detail struct {
@@ -224,7 +245,7 @@ func (o *Operator) Show(ctx context.Context, identity string) (*Detail, error) {
 		d.Reason = o.closeReason(ctx, id, d.RunID)
 	}
 	for _, pa := range desc.GetPendingActivities() {
-		p := PendingStep{Activity: pa.GetActivityType().GetName(), Attempt: pa.GetAttempt(), LastFailure: pa.GetLastFailure().GetMessage()}
+		p := PendingStep{Activity: pa.GetActivityType().GetName(), Attempt: pa.GetAttempt(), LastFailure: o.message(pa.GetLastFailure())}
 		if t := pa.GetScheduledTime(); t != nil && pa.GetAttempt() > 1 {
 			p.NextAttempt = t.AsTime()
 		}
@@ -242,57 +263,35 @@ func (o *Operator) Show(ctx context.Context, identity string) (*Detail, error) {
 	return d, nil
 }
 
-// lastInput reads the input of a host's latest run, to start it again the same way.
-func (o *Operator) lastInput(ctx context.Context, identity string) (workflows.ProvisionInput, string, error) {
-	var in workflows.ProvisionInput
-	id := workflows.WorkflowID(identity)
-	desc, err := o.C.DescribeWorkflowExecution(ctx, id, "")
+// lastStatus is the status of a host's latest run; a running one is ErrAlreadyRunning.
+func (o *Operator) lastStatus(ctx context.Context, identity string) (string, error) {
+	desc, err := o.C.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
-		return in, "", fmt.Errorf("%w: %s has no provisioning workflow", ErrUnknownHost, identity)
+		return "", fmt.Errorf("%w: %s has no provisioning workflow", ErrUnknownHost, identity)
 	}
 	if err != nil {
-		return in, "", unreachable(err)
+		return "", unreachable(err)
 	}
 	status := desc.GetWorkflowExecutionInfo().GetStatus()
 	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return in, "", fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)
+		return "", fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)
 	}
-	run := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	it := o.C.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	if !it.HasNext() {
-		return in, "", fmt.Errorf("%s: empty history", identity)
-	}
-	ev, err := it.Next()
-	if err != nil {
-		return in, "", unreachable(err)
-	}
-	if err := o.DC.FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
-		return in, "", fmt.Errorf("reading %s's input (is the codec key right?): %w", identity, err)
-	}
-	return in, statusName(status), nil
+	return statusName(status), nil
 }
 
 // Retry starts a new run of a host whose latest run failed (or was canceled, terminated, or
-// timed out), with that run's input.
+// timed out).
 func (o *Operator) Retry(ctx context.Context, identity string) error {
-	in, status, err := o.lastInput(ctx, identity)
+	status, err := o.lastStatus(ctx, identity)
 	if err != nil {
 		return err
 	}
 	if status == "Completed" || status == "ContinuedAsNew" {
 		return fmt.Errorf("%w: %s is %s; use reprovision to provision it again", ErrNotFailed, identity, strings.ToLower(status))
 	}
-	in.Source = workflows.SourceOperator
-	in.Defers = 0
-	in.Version = workflows.CurrentVersion // a new run: the current command sequence
-	_, err = o.C.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.WorkflowID(identity), TaskQueue: o.TaskQueue,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    workflows.StartSearchAttributes(in),
-		WorkflowTaskTimeout:                      workflows.TaskTimeout(in),
-	}, workflows.WorkflowName, in)
+	in := workflows.ProvisionInput{Identity: identity, Source: workflows.SourceOperator}
+	_, err = o.C.ExecuteWorkflow(ctx, o.Starter.RetryOptions(in), workflows.WorkflowName, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)
@@ -357,8 +356,8 @@ func (o *Operator) Cancel(ctx context.Context, identity string) error {
 }
 
 // Control is the control workflow's client for o's task queue.
-func (o *Operator) Control() *workflows.ControlClient {
-	return workflows.NewControlClient(o.C, o.Namespace, o.TaskQueue)
+func (o *Operator) Control() *control.Client {
+	return control.New(o.C, o.Namespace, o.TaskQueue)
 }
 
 // SetPaused pauses or resumes provisioning fleet-wide: discovery in every replica stops or resumes

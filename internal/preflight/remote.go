@@ -133,7 +133,7 @@ func (r *runner) checkSearchAttributes(ctx context.Context, cfg *config.Config, 
 func (r *runner) checkCodecMatches(ctx context.Context, cfg *config.Config, tc client.Client, cd *codec.Codec) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
-	q := fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s'", workflows.WorkflowName, cfg.Temporal.TaskQueue)
+	q := workflows.HostsQuery{TaskQueue: cfg.Temporal.TaskQueue}.String()
 	list, err := tc.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: cfg.Temporal.Namespace, Query: q, PageSize: 1})
 	if err != nil {
 		r.emit(Result{Name: "codec", Status: Fail, Detail: fmt.Sprintf("listing host workflows: %v", err), Fix: "check visibility on the namespace (advanced visibility is required)"})

@@ -12,14 +12,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -45,8 +46,9 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.WorkflowID("n1.example")})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{ProvisionErrors(m)}})
-	env.RegisterWorkflowWithOptions(workflows.ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
+	workflows.Register(env, Policy(&config.Config{Site: m.Site}))
 	acts := activities.New(nil, activities.Settings{Site: m.Site, HelperCommand: helper, HelperTimeout: 10 * time.Second}, m, log)
 	// the helper as the worker registers it (with the shared finish), the RPCs stood in for
 	acts.Register(only{env, activities.RunHelperName})
@@ -59,7 +61,7 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	env.RegisterActivityWithOptions(func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
 		return &activities.MessageResult{Message: "restarting"}, nil
 	}, activity.RegisterOptions{Name: activities.RestartName})
-	env.ExecuteWorkflow(workflows.WorkflowName, workflows.ProvisionInput{Identity: "n1.example", Site: m.Site})
+	env.ExecuteWorkflow(workflows.WorkflowName, workflows.ProvisionInput{Identity: "n1.example"})
 	require.True(t, env.IsWorkflowCompleted())
 	return env.GetWorkflowError()
 }

@@ -21,15 +21,13 @@ import (
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
-	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -96,27 +94,6 @@ func NewChoriaClientFramework(cfg *config.Config, collective string) (*choria.Fr
 	return fw, nil
 }
 
-// DataConverter returns the payload converter the config asks for: encrypting unless plaintext.
-func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, error) {
-	if cfg.Temporal.Plaintext {
-		return converter.GetDefaultDataConverter(), nil, nil
-	}
-	var keys []string
-	if env := os.Getenv(config.CodecKeyEnv); env != "" {
-		keys = strings.Split(env, ",")
-	} else {
-		var err error
-		if keys, err = codec.LoadKeyFile(cfg.Temporal.CodecKeyFile); err != nil {
-			return nil, nil, err
-		}
-	}
-	c, err := codec.New(keys...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return codec.DataConverter(c), c, nil
-}
-
 // DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
 // rpc_timeout, a helper helper_timeout; both default to 10 s).
 const DrainTimeout = 20 * time.Second
@@ -179,49 +156,29 @@ func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
 	return &Service{cfg: cfg, log: log, opts: opts, Metrics: m}, nil
 }
 
-// WorkflowInput is the template every sighting starts a workflow with.
-func WorkflowInput(cfg *config.Config) workflows.ProvisionInput {
-	return workflows.ProvisionInput{
+// Policy is what this process's configuration decides about the runs its worker begins.
+func Policy(cfg *config.Config) workflows.Policy {
+	return workflows.Policy{
 		Site: cfg.Site,
 		Features: workflows.Features{JWT: cfg.Features.JWT, ED25519: cfg.Features.ED25519, PKI: cfg.Features.PKI,
 			Upgrades: cfg.Features.Upgrades, UpgradesOptional: cfg.UpgradesOptional},
-		DeferDelay:      cfg.DeferDelayDuration,
-		LocalReads:      cfg.Temporal.LocalActivities,
-		Fast:            cfg.Temporal.FastMode,
-		Version:         workflows.CurrentVersion,
-		HelperTaskQueue: helperQueue(cfg),
+		DeferDelay:  cfg.DeferDelayDuration,
+		Fast:        cfg.Temporal.FastMode,
+		HelperQueue: cfg.HelperRateLimit > 0,
 	}
 }
 
-// HelperTaskSlots is how many helper tasks one process takes from Temporal at once: twice
-// workers. workers itself bounds the helper processes (the semaphore in activities.RunHelper),
-// but a task holds its slot for longer than its helper runs: from the poll that brings it to the
-// completion that reports it, each a round trip to a server that in a burst is the busiest part
-// of the system. With as many slots as helpers, those round trips left the helpers idle and
-// bounded a burst (docs/performance.md); a task in a spare slot waits for a helper in this
-// process, for at most one helper run at a time per slot.
+// Starter is how this process's discovery and operator commands start host runs.
+func Starter(cfg *config.Config) workflows.Starter {
+	return workflows.Starter{TaskQueue: cfg.Temporal.TaskQueue, Site: cfg.Site, Fast: cfg.Temporal.FastMode}
+}
+
+// HelperTaskSlots is how many helper tasks one process takes from the helper task queue at once:
+// twice workers. workers itself bounds the helper processes (the semaphore in
+// activities.RunHelper), but a task holds its slot for longer than its helper runs: from the poll
+// that brings it to the completion that reports it, each a round trip to a server that in a burst
+// is the busiest part of the system (docs/performance.md).
 func HelperTaskSlots(workers int) int { return 2 * workers }
-
-// helperQueue is the queue helper calls go to. Fast mode runs the helper as a local activity
-// (bounded per process by the same workers semaphore) unless helper_rate_limit asks Temporal to
-// limit it across the fleet, which only a task queue can do.
-func helperQueue(cfg *config.Config) string {
-	if cfg.Temporal.FastMode && cfg.HelperRateLimit <= 0 {
-		return ""
-	}
-	return cfg.HelperTaskQueue()
-}
-
-// hostWorkflow is the host workflow as this process runs it: a run whose helper this process
-// can start at once keeps the call on its own task queue, and Temporal hands it straight back
-// (workflows.HelperSlots); with helper_rate_limit every call goes through the helper task
-// queue, the only place Temporal can pace them across the fleet.
-func hostWorkflow(cfg *config.Config, helpers *activities.HelperSlots) workflows.HostWorkflow {
-	if cfg.HelperRateLimit > 0 {
-		return workflows.HostWorkflow{}
-	}
-	return workflows.HostWorkflow{Helpers: helpers}
-}
 
 func loopback(host string) bool {
 	if host == "localhost" {
@@ -235,23 +192,9 @@ func loopback(host string) bool {
 func (s *Service) Run(ctx context.Context, ready func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-
-	if s.cfg.MonitorPort > 0 {
-		// as the Choria Provisioner: all interfaces unless monitor_address narrows it, and the
-		// process-wide series too (go-choria's choria_connector_* and the Go and process ones)
-		addr, err := metrics.Serve(ctx, net.JoinHostPort(s.cfg.MonitorAddress, strconv.Itoa(s.cfg.MonitorPort)),
-			prometheus.Gatherers{s.opts.Registry, prometheus.DefaultGatherer}, s.cfg.MonitorPprof)
-		if err != nil {
-			return err
-		}
-		s.MonitorAddress = addr
-		s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
-		if s.cfg.MonitorPprof && !loopback(s.cfg.MonitorAddress) {
-			s.log.Warn("monitor_pprof serves Go profiles on every address the monitor listens on; set monitor_address: 127.0.0.1",
-				zap.String("address", addr))
-		}
+	if err := s.serveMetrics(ctx); err != nil {
+		return err
 	}
-
 	fw, err := NewChoriaFramework(s.cfg, s.log)
 	if err != nil {
 		return err
@@ -262,65 +205,28 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		return err
 	}
 	defer stopMetrics()
-	tc, err := dialTemporal(ctx, s.cfg, s.log, mh)
+	tc, err := s.dialWorker(ctx, mh)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
 
-	errc := make(chan error, 2)
 	if s.opts.Worker {
-		wo := WorkerOptions(s.cfg)
-		if s.opts.WorkerOptions != nil {
-			wo = *s.opts.WorkerOptions
-		}
-		wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
-		if n := s.cfg.Temporal.WorkflowCacheSize; n > 0 {
-			// the SDK keeps one cache per process, sized before its first worker starts
-			worker.SetStickyWorkflowCacheSize(n)
-		}
-		w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 		rpcFw := activities.NewSharedFramework(fw)
 		defer rpcFw.Close()
-		helpers := activities.NewHelperSlots(s.cfg.Workers)
 		acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
-			activities.WithHelperSlots(helpers))
-		w.RegisterWorkflowWithOptions(hostWorkflow(s.cfg, helpers).ProvisionHost, workflow.RegisterOptions{Name: workflows.WorkflowName})
-		w.RegisterWorkflowWithOptions(workflows.ProvisionerControl, workflow.RegisterOptions{Name: workflows.ControlWorkflowName})
-		acts.Register(w)
-		if err := w.Start(); err != nil {
-			return fmt.Errorf("starting Temporal worker: %w", err)
+			activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
+		stop, err := s.startWorkers(tc, s.workerOptions(), acts)
+		if err != nil {
+			return err
 		}
-		defer w.Stop()
-		s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
-		// helper runs on a task queue of their own: each process takes at most workers at once
-		// (the Choria Provisioner's meaning of workers), so the next host's helper waits in
-		// Temporal for whichever process has room; helper_rate_limit caps the queue fleet-wide
-		hq := s.cfg.HelperTaskQueue()
-		ho := worker.Options{WorkerStopTimeout: DrainTimeout, MaxConcurrentActivityExecutionSize: HelperTaskSlots(s.cfg.Workers)}
-		if s.cfg.HelperRateLimit > 0 {
-			ho.TaskQueueActivitiesPerSecond = s.cfg.HelperRateLimit
-		}
-		hw := worker.New(tc, hq, ho)
-		acts.Register(hw)
-		if err := hw.Start(); err != nil {
-			return fmt.Errorf("starting the helper worker: %w", err)
-		}
-		defer hw.Stop()
-		s.log.Info("helper worker polling", zap.String("task_queue", hq), zap.Int("workers", s.cfg.Workers),
-			zap.Float64("per_second", s.cfg.HelperRateLimit))
+		defer stop()
+		go s.watchSigner(ctx, SignerRefresh)
 	}
+	errc := make(chan error, 1)
 	if s.opts.Discovery {
-		d := discovery.New(fw, tc, discovery.Options{
-			Interval:  s.cfg.IntervalDuration,
-			Component: s.cfg.LifecycleComponent,
-			TaskQueue: s.cfg.Temporal.TaskQueue,
-			Input:     WorkflowInput(s.cfg),
-			Pause:     workflows.NewControlClient(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
-			Version:   s.opts.Version,
-		}, s.Metrics, s.log.Named("discovery"))
-		s.discoverer = d
-		go func() { errc <- d.Run(ctx) }()
+		s.discoverer = discovery.New(fw, tc, s.discoveryOptions(tc), s.Metrics, s.log.Named("discovery"))
+		go func() { errc <- s.discoverer.Run(ctx) }()
 		go s.fleetGauges(ctx, tc)
 	}
 	if ready != nil {
@@ -328,14 +234,90 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 	select {
 	case <-ctx.Done():
-		return nil
 	case err := <-errc:
 		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 		<-ctx.Done()
+	}
+	return nil
+}
+
+// discoveryOptions are discovery's options from the configuration.
+func (s *Service) discoveryOptions(tc client.Client) discovery.Options {
+	return discovery.Options{
+		Interval:  s.cfg.IntervalDuration,
+		Component: s.cfg.LifecycleComponent,
+		Start:     Starter(s.cfg),
+		Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
+		Version:   s.opts.Version,
+		// per process: n replicas admit up to n times this rate (docs/configuration.md)
+		NewHostsRate:  s.cfg.NewHostsRate,
+		NewHostsBurst: s.cfg.NewHostsBurst,
+	}
+}
+
+// serveMetrics starts /metrics when monitor_port is set: as the Choria Provisioner, on all
+// interfaces unless monitor_address narrows it, with the process-wide series too (go-choria's
+// choria_connector_* and the Go and process ones).
+func (s *Service) serveMetrics(ctx context.Context) error {
+	if s.cfg.MonitorPort <= 0 {
 		return nil
 	}
+	addr, err := metrics.Serve(ctx, net.JoinHostPort(s.cfg.MonitorAddress, strconv.Itoa(s.cfg.MonitorPort)),
+		prometheus.Gatherers{s.opts.Registry, prometheus.DefaultGatherer}, s.cfg.MonitorPprof)
+	if err != nil {
+		return err
+	}
+	s.MonitorAddress = addr
+	s.log.Info("metrics listening", zap.String("url", "http://"+addr+"/metrics"))
+	if s.cfg.MonitorPprof && !loopback(s.cfg.MonitorAddress) {
+		s.log.Warn("monitor_pprof serves Go profiles on every address the monitor listens on; set monitor_address: 127.0.0.1",
+			zap.String("address", addr))
+	}
+	return nil
+}
+
+// workerOptions are the configuration's worker options (or the caller's), with the
+// provision_errors interceptor; the workflow cache is sized here, before the first worker.
+func (s *Service) workerOptions() worker.Options {
+	wo := WorkerOptions(s.cfg)
+	if s.opts.WorkerOptions != nil {
+		wo = *s.opts.WorkerOptions
+	}
+	wo.Interceptors = append(wo.Interceptors, ProvisionErrors(s.Metrics))
+	if n := s.cfg.Temporal.WorkflowCacheSize; n > 0 {
+		// the SDK keeps one cache per process, sized before its first worker starts
+		worker.SetStickyWorkflowCacheSize(n)
+	}
+	return wo
+}
+
+// startWorkers starts the worker on the task queue and, with helper_rate_limit, the helper
+// worker on the helper task queue, whose dispatch rate Temporal's matching service limits
+// across every process (each takes at most HelperTaskSlots at once); stop stops both.
+func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activities.Activities) (stop func(), err error) {
+	w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
+	workflows.Register(w, Policy(s.cfg))
+	acts.Register(w)
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("starting Temporal worker: %w", err)
+	}
+	s.log.Info("worker polling", zap.String("task_queue", s.cfg.Temporal.TaskQueue), zap.String("namespace", s.cfg.Temporal.Namespace))
+	if s.cfg.HelperRateLimit <= 0 {
+		return w.Stop, nil
+	}
+	hq := workflows.HelperTaskQueue(s.cfg.Temporal.TaskQueue)
+	hw := worker.New(tc, hq, worker.Options{WorkerStopTimeout: DrainTimeout,
+		MaxConcurrentActivityExecutionSize: HelperTaskSlots(s.cfg.Workers), TaskQueueActivitiesPerSecond: s.cfg.HelperRateLimit})
+	acts.Register(hw)
+	if err := hw.Start(); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("starting the helper worker: %w", err)
+	}
+	s.log.Info("helper worker polling", zap.String("task_queue", hq), zap.Int("workers", s.cfg.Workers),
+		zap.Float64("per_second", s.cfg.HelperRateLimit))
+	return func() { hw.Stop(); w.Stop() }, nil
 }
 
 // fleetGauges keeps the Choria Provisioner's queue gauges from Temporal: waiting_nodes was the
@@ -350,7 +332,7 @@ func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	}{
 		{s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW},
 		{s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY},
-		{s.cfg.HelperTaskQueue(), enumspb.TASK_QUEUE_TYPE_ACTIVITY},
+		{workflows.HelperTaskQueue(s.cfg.Temporal.TaskQueue), enumspb.TASK_QUEUE_TYPE_ACTIVITY},
 	}
 	backlog := func() (float64, bool) {
 		total := int64(0)

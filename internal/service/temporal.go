@@ -27,14 +27,18 @@ import (
 // connection's error says what is wrong in the configuration's terms: which key, file or
 // server name.
 func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (client.Client, error) {
-	return dialTemporal(ctx, cfg, log, nil)
+	return dialTemporal(ctx, cfg, log, nil, nil)
 }
 
-// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none).
-func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler) (client.Client, error) {
+// dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none), with the
+// data converter dc (nil: the operators' one, DataConverter).
+func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler, dc converter.DataConverter) (client.Client, error) {
 	opts, err := ClientOptions(cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if dc != nil {
+		opts.DataConverter, opts.FailureConverter = dc, failureConverter(cfg, dc)
 	}
 	opts.MetricsHandler = mh
 	began := time.Now()
@@ -48,17 +52,19 @@ func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh c
 }
 
 // ClientOptions are the Temporal client options of the configuration: address, namespace,
-// payload codec, TLS and credentials.
+// payload codec (the operators' one: it reads every payload of the codec's keys), TLS and
+// credentials.
 func ClientOptions(cfg *config.Config, log *zap.Logger) (client.Options, error) {
 	dc, _, err := DataConverter(cfg)
 	if err != nil {
 		return client.Options{}, err
 	}
 	opts := client.Options{
-		HostPort:      cfg.Temporal.Address,
-		Namespace:     cfg.Temporal.Namespace,
-		Logger:        logging.NewTemporal(log.Named("temporal")),
-		DataConverter: dc,
+		HostPort:         cfg.Temporal.Address,
+		Namespace:        cfg.Temporal.Namespace,
+		Logger:           logging.NewTemporal(log.Named("temporal")),
+		DataConverter:    dc,
+		FailureConverter: failureConverter(cfg, dc),
 		// No payload is stored outside Temporal, but the SDK still visits every task's and
 		// request's payloads for it, with up to 8 goroutines per message by default: each new
 		// goroutine grew its stack through the visitor's deep recursion (runtime.newstack and
@@ -292,14 +298,7 @@ func ExplainDialError(cfg *config.Config, err, probe error) error {
 		caFrom = "temporal.tls.ca_file " + t.CAFile
 	}
 	var why string
-	has := func(s ...string) bool {
-		for _, x := range s {
-			if strings.Contains(msg, x) {
-				return true
-			}
-		}
-		return false
-	}
+	has := func(s ...string) bool { return containsAny(msg, s...) }
 	var hostErr x509.HostnameError
 	var authErr x509.UnknownAuthorityError
 	switch {
@@ -322,27 +321,9 @@ func ExplainDialError(cfg *config.Config, err, probe error) error {
 	case has("certificate required") || (t.CertFile == "" && has("bad certificate", "unknown certificate authority", "handshake failure")):
 		why = "the frontend requires a client certificate (mutual TLS): set temporal.tls.cert_file and temporal.tls.key_file"
 	case has("bad certificate", "unknown certificate authority", "certificate unknown", "expired certificate", "unsupported certificate", "access denied", "handshake failure"):
-		cert := "the client certificate in temporal.tls.cert_file " + t.CertFile
-		if c, lerr := config.LoadClientCertificate(t.CertFile, t.KeyFile, time.Now()); lerr == nil {
-			cert += " (" + config.Describe(c.Leaf) + ")"
-		}
-		switch {
-		case has("unknown certificate authority"):
-			why = "the frontend does not trust the CA that signed " + cert
-		case has("expired certificate"):
-			why = "the frontend says " + cert + " has expired"
-		default:
-			why = "the frontend refused " + cert + ": not signed by a CA it trusts for clients, expired, or not for client authentication"
-		}
+		why = clientCertRefused(t, has)
 	case has("Unauthenticated", "PermissionDenied", "Request unauthorized", "invalid API key", "unauthorized"):
-		switch {
-		case cfg.Temporal.APIKeyFile != "":
-			why = "the frontend refused the API key in temporal.api_key_file " + cfg.Temporal.APIKeyFile + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
-		case !cfg.Temporal.APIKey.Empty():
-			why = "the frontend refused the API key in " + config.APIKeyEnv + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
-		default:
-			why = "the frontend refused the connection as unauthenticated: it may want an API key (temporal.api_key_file) or a client certificate"
-		}
+		why = apiKeyRefused(cfg)
 	}
 	if probe != nil && !errors.Is(probe, errSpeaksTLS) {
 		err = fmt.Errorf("%w (%v)", err, probe)
@@ -351,4 +332,39 @@ func ExplainDialError(cfg *config.Config, err, probe error) error {
 		return fmt.Errorf("connecting to Temporal at %s: %w", cfg.Temporal.Address, err)
 	}
 	return fmt.Errorf("connecting to Temporal at %s: %s: %w", cfg.Temporal.Address, why, err)
+}
+
+func containsAny(msg string, subs ...string) bool {
+	for _, x := range subs {
+		if strings.Contains(msg, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientCertRefused says why the frontend refused the client certificate, naming it.
+func clientCertRefused(t config.TLS, has func(...string) bool) string {
+	cert := "the client certificate in temporal.tls.cert_file " + t.CertFile
+	if c, lerr := config.LoadClientCertificate(t.CertFile, t.KeyFile, time.Now()); lerr == nil {
+		cert += " (" + config.Describe(c.Leaf) + ")"
+	}
+	switch {
+	case has("unknown certificate authority"):
+		return "the frontend does not trust the CA that signed " + cert
+	case has("expired certificate"):
+		return "the frontend says " + cert + " has expired"
+	}
+	return "the frontend refused " + cert + ": not signed by a CA it trusts for clients, expired, or not for client authentication"
+}
+
+// apiKeyRefused says which API key the frontend refused, or that it wants one.
+func apiKeyRefused(cfg *config.Config) string {
+	switch {
+	case cfg.Temporal.APIKeyFile != "":
+		return "the frontend refused the API key in temporal.api_key_file " + cfg.Temporal.APIKeyFile + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
+	case !cfg.Temporal.APIKey.Empty():
+		return "the frontend refused the API key in " + config.APIKeyEnv + " (expired, revoked, or without access to namespace " + cfg.Temporal.Namespace + ")"
+	}
+	return "the frontend refused the connection as unauthenticated: it may want an API key (temporal.api_key_file) or a client certificate"
 }

@@ -66,14 +66,14 @@ func benchDevArgs() []string {
 
 // Scenarios: 500 hosts at once (the comparison with an older build and the Choria Provisioner),
 // 1,000, 10,000 and 50,000 (by hand) at once, 5 arrivals/s for 5 minutes, 5 % of hosts failing
-// transiently for 5 s, a helper that takes 100 ms, and the local-activity switch.
+// transiently for 5 s, a helper that takes 100 ms, and fast mode.
 var Scenarios = []Scenario{
 	{Name: "burst-500", Hosts: 500, Timeout: 15 * time.Minute},
-	{Name: "burst-500-local", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
 	// fast mode (temporal.fast_mode), which older builds do not have: compared with their burst-500
 	{Name: "burst-500-fast", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	// fast mode against an older build's fast mode (a build of this project that has it)
+	{Name: "burst-500-fast-ab", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute},
 	{Name: "burst-1000", Hosts: 1000, Timeout: 15 * time.Minute},
-	{Name: "burst-1000-local", Hosts: 1000, Env: []string{"PROVISIONER_TEMPORAL__LOCAL_ACTIVITIES=true"}, Timeout: 15 * time.Minute},
 	{Name: "steady-5", Hosts: 1500, Rate: 5, Timeout: 15 * time.Minute},
 	// the same rate for 2 minutes: the comparison with an older build and the Choria Provisioner
 	{Name: "steady-5-short", Hosts: 600, Rate: 5, Timeout: 10 * time.Minute},

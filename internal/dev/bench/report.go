@@ -80,7 +80,8 @@ func Load(jsonFile string) ([]*Result, error) {
 }
 
 // Save merges results into the JSON file (by scenario and variant) and rewrites the generated
-// table in the markdown file between the markers.
+// table in the markdown file between the markers. A file without them is left alone: a
+// reference page keeps its numbers in a table of its own, and every run's row is in the JSON.
 func Save(jsonFile, mdFile string, results []*Result) ([]*Result, error) {
 	var all []*Result
 	if b, err := os.ReadFile(jsonFile); err == nil {
@@ -111,7 +112,7 @@ func Save(jsonFile, mdFile string, results []*Result) ([]*Result, error) {
 	s := string(md)
 	i, j := strings.Index(s, BeginMarker), strings.Index(s, EndMarker)
 	if i < 0 || j < i {
-		return all, fmt.Errorf("%s has no %q ... %q section", mdFile, BeginMarker, EndMarker)
+		return all, nil
 	}
 	s = s[:i+len(BeginMarker)] + "\n" + Table(all) + s[j:]
 	return all, os.WriteFile(mdFile, []byte(s), 0o644)

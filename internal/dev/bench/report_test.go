@@ -69,3 +69,19 @@ func TestSaveStartsAMarkdownFileThatDoesNotExist(t *testing.T) {
 	require.Contains(t, string(b), "| burst-500 | 500/500 | 12.50 |")
 	require.Contains(t, string(b), RatioBeginMarker+"\nthe ratios\n"+RatioEndMarker)
 }
+
+func TestSaveLeavesAMarkdownFileWithoutTheMarkersAlone(t *testing.T) {
+	dir := t.TempDir()
+	md, js := filepath.Join(dir, "page.md"), filepath.Join(dir, "r.json")
+	page := "# A page\n\n" + RatioBeginMarker + "\n" + RatioEndMarker + "\n"
+	require.NoError(t, os.WriteFile(md, []byte(page), 0o644))
+	all, err := Save(js, md, []*Result{{Scenario: "burst-500", Hosts: 500, Configured: 500, HostsPerSecond: 12.5}})
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	b, err := os.ReadFile(md)
+	require.NoError(t, err)
+	require.Equal(t, page, string(b), "no per-run table where the page has no place for it")
+	rs, err := Load(js)
+	require.NoError(t, err)
+	require.Equal(t, 12.5, rs[0].HostsPerSecond, "the run's row is in the JSON")
+}

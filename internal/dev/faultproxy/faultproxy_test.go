@@ -71,27 +71,35 @@ func (c *client) reply(d time.Duration) string {
 	return line
 }
 
-func TestProxyForwards(t *testing.T) {
+// proxied is an echo server behind a proxy and a client dialled through it, as every test
+// starts.
+func proxied(t *testing.T) (*Proxy, *client, *atomic.Int64) {
+	t.Helper()
 	addr, got := echoServer(t)
 	p, err := Start("echo", addr)
 	require.NoError(t, err)
 	t.Cleanup(p.Stop)
-	c := dial(t, p.Addr)
-	c.send(t, "hello")
-	require.Equal(t, "hello\n", c.reply(5*time.Second))
+	return p, dial(t, p.Addr), got
+}
+
+// echoes sends s and requires it back within five seconds.
+func (c *client) echoes(t *testing.T, s string) {
+	t.Helper()
+	c.send(t, s)
+	require.Equal(t, s+"\n", c.reply(5*time.Second))
+}
+
+func TestProxyForwards(t *testing.T) {
+	_, c, got := proxied(t)
+	c.echoes(t, "hello")
 	require.EqualValues(t, 1, got.Load())
 }
 
 // Replies cut: the request reaches the server, its reply is held, and arrives when the link
 // heals (held, not dropped: the stream stays whole).
 func TestCutDownstreamHoldsReplies(t *testing.T) {
-	addr, got := echoServer(t)
-	p, err := Start("echo", addr)
-	require.NoError(t, err)
-	t.Cleanup(p.Stop)
-	c := dial(t, p.Addr)
-	c.send(t, "before")
-	require.Equal(t, "before\n", c.reply(5*time.Second))
+	p, c, got := proxied(t)
+	c.echoes(t, "before")
 
 	heal, err := p.Cut(Downstream)
 	require.NoError(t, err)
@@ -100,17 +108,12 @@ func TestCutDownstreamHoldsReplies(t *testing.T) {
 	require.Empty(t, c.reply(300*time.Millisecond), "its reply does not")
 	require.NoError(t, heal())
 	require.Equal(t, "during\n", c.reply(5*time.Second), "the held reply arrives once healed")
-	c.send(t, "after")
-	require.Equal(t, "after\n", c.reply(5*time.Second))
+	c.echoes(t, "after")
 }
 
 // Both ways cut: nothing arrives either way, on the open connection or a new one.
 func TestCutBothHoldsEverything(t *testing.T) {
-	addr, got := echoServer(t)
-	p, err := Start("echo", addr)
-	require.NoError(t, err)
-	t.Cleanup(p.Stop)
-	c := dial(t, p.Addr)
+	p, c, got := proxied(t)
 	heal, err := p.Cut(Both)
 	require.NoError(t, err)
 	c.send(t, "held")
@@ -126,35 +129,25 @@ func TestCutBothHoldsEverything(t *testing.T) {
 }
 
 func TestSlowDelaysReplies(t *testing.T) {
-	addr, _ := echoServer(t)
-	p, err := Start("echo", addr)
-	require.NoError(t, err)
-	t.Cleanup(p.Stop)
-	c := dial(t, p.Addr)
+	p, c, _ := proxied(t)
 	undo, err := p.Slow(Downstream, 300*time.Millisecond, 100*time.Millisecond)
 	require.NoError(t, err)
 	began := time.Now()
-	c.send(t, "slow")
-	require.Equal(t, "slow\n", c.reply(5*time.Second))
+	c.echoes(t, "slow")
 	require.GreaterOrEqual(t, time.Since(began), 200*time.Millisecond, "at least latency - jitter")
 	require.NoError(t, undo())
 }
 
 func TestDownRefusesUntilUp(t *testing.T) {
-	addr, _ := echoServer(t)
-	p, err := Start("echo", addr)
-	require.NoError(t, err)
-	t.Cleanup(p.Stop)
-	c := dial(t, p.Addr)
+	p, c, _ := proxied(t)
 	up := p.Down()
-	_, err = c.c.Read(make([]byte, 1))
+	_, err := c.c.Read(make([]byte, 1))
 	require.Error(t, err, "the open connection is closed")
 	_, err = net.DialTimeout("tcp", p.Addr, time.Second)
 	require.Error(t, err, "a new one is refused")
 	require.NoError(t, up())
 	c = dial(t, p.Addr)
-	c.send(t, "back")
-	require.Equal(t, "back\n", c.reply(5*time.Second))
+	c.echoes(t, "back")
 }
 
 func TestBadDirection(t *testing.T) {

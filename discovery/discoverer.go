@@ -1,0 +1,141 @@
+package discovery
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/choria-io/go-choria/inter"
+	"github.com/choria-io/go-choria/lifecycle"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/metrics"
+)
+
+// Discoverer turns sightings into workflows.
+type Discoverer struct {
+	fw      inter.Framework
+	starter Starter
+	opts    Options
+	metrics *metrics.Metrics
+	log     *zap.Logger
+	now     func() time.Time
+	recheck time.Duration // the time between looks, FinishingRecheck; tests shorten it
+	// conn is the startup events' connection, which sweeps reuse (one at a time): a sweep of
+	// its own connected four times before it could publish
+	conn   inter.Connector
+	connMu sync.Mutex
+	// queued counts the startup events waiting for a goroutine (eagerStart)
+	queued atomic.Int64
+	gate   *gate    // the new-hosts rate and the refusals' count (gate.go)
+	settle *settler // sightings waiting for a finishing run to close (settle.go)
+	// sweep is Sweep, and resweep RefusedSweepAfter: tests replace them
+	sweep   func(context.Context) (int, error)
+	resweep time.Duration
+}
+
+// New makes a Discoverer over a Choria client framework on the provisioning collective.
+func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, log *zap.Logger) *Discoverer {
+	if opts.StartConcurrency <= 0 {
+		opts.StartConcurrency = 16
+	}
+	if opts.DiscoveryTimeout <= 0 {
+		opts.DiscoveryTimeout = 2 * time.Second
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Minute
+	}
+	d := &Discoverer{fw: fw, starter: starter, opts: opts, metrics: m, log: log, now: time.Now, recheck: FinishingRecheck}
+	d.gate = newGate(opts.NewHostsRate, opts.NewHostsBurst, m, log)
+	d.settle = newSettler(SettleQueueSize)
+	d.sweep, d.resweep = d.Sweep, RefusedSweepAfter
+	return d
+}
+
+// pauseEvery is how often the paused gauge follows the control workflow between sweeps.
+const pauseEvery = 10 * time.Second
+
+// Run listens for startup events and sweeps at start and every interval, until ctx ends.
+func (d *Discoverer) Run(ctx context.Context) error {
+	if !d.opts.DisableEvents {
+		stop, err := d.listen(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	d.loop(ctx)
+	return nil
+}
+
+// loop sweeps at start, every interval from the last sweep's start, and RefusedSweepAfter the
+// last sweep's end when a sighting was refused for rate since; between sweeps it keeps the paused
+// gauge current and summarises the refusals once an interval.
+func (d *Discoverer) loop(ctx context.Context) {
+	pause := time.NewTicker(pauseEvery)
+	defer pause.Stop()
+	report := time.NewTicker(d.opts.Interval)
+	defer report.Stop()
+	next := time.NewTimer(0)
+	defer next.Stop()
+	if d.opts.DisableBroadcasts {
+		next.Stop()
+	}
+	due, ended := time.Now(), time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			d.gate.report()
+			return
+		case <-pause.C:
+			d.paused(ctx)
+		case <-report.C:
+			d.gate.report()
+		case <-d.gate.resweep:
+			if early := ended.Add(d.resweep); !d.opts.DisableBroadcasts && early.Before(due) {
+				due = early
+				next.Reset(time.Until(due))
+			}
+		case <-next.C:
+			began := time.Now()
+			if _, err := d.sweep(ctx); err != nil && ctx.Err() == nil {
+				d.log.Error("discovery sweep failed", zap.Error(err))
+			}
+			ended, due = time.Now(), began.Add(d.opts.Interval)
+			next.Reset(time.Until(due))
+		}
+	}
+}
+
+// announce publishes the provisioner's startup lifecycle event, as the Choria Provisioner does.
+func (d *Discoverer) announce(conn inter.RawNATSConnector) {
+	ev, err := lifecycle.New(lifecycle.Startup, lifecycle.Identity(d.fw.Configuration().Identity),
+		lifecycle.Component(ProvisionerComponent), lifecycle.Version(d.opts.Version))
+	if err == nil {
+		err = lifecycle.PublishEvent(ev, conn)
+	}
+	if err != nil {
+		d.log.Warn("could not publish the startup event", zap.Error(err))
+	}
+}
+
+// paused reports the fleet-wide pause state and mirrors it in the paused gauge. When the state
+// cannot be read the sweep goes on: starting a host's workflow is safe, and a paused fleet's
+// running workflows hold on their own.
+func (d *Discoverer) paused(ctx context.Context) bool {
+	if d.opts.Pause == nil {
+		return false
+	}
+	p, err := d.opts.Pause.Paused(ctx)
+	if err != nil {
+		d.log.Warn("could not read the pause state", zap.Error(err))
+		return false
+	}
+	v := 0.0
+	if p {
+		v = 1
+	}
+	d.metrics.Paused.WithLabelValues(d.metrics.Site).Set(v)
+	return p
+}

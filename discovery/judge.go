@@ -1,0 +1,134 @@
+package discovery
+
+import (
+	"context"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/sdk/converter"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// Sighted starts the host's workflow unless its latest run says the sighting needs none; seenAt
+// is when the host was seen (for a sweep, when the sweep began).
+func (d *Discoverer) Sighted(ctx context.Context, identity, source string, seenAt time.Time) error {
+	_, err := d.sighted(ctx, identity, source, seenAt)
+	return err
+}
+
+// sighted reports whether the sighting was handed to Temporal now.
+func (d *Discoverer) sighted(ctx context.Context, identity, source string, seenAt time.Time) (bool, error) {
+	// A sweep's sightings are older than the moment they reach Temporal, and a sweep over
+	// thousands of hosts hands them over for many seconds while the hosts it found are being
+	// provisioned and restarted: check each against the host's latest run first; likewise a
+	// startup event that waited in the queue.
+	if source == workflows.SourceDiscovery || d.now().Sub(seenAt) > LateEvent {
+		switch d.check(ctx, identity, seenAt) {
+		case staleSeen:
+			d.dropStale(identity)
+			return false, nil
+		case finishing:
+			d.settleLater(ctx, sighting{identity: identity, source: source, at: seenAt})
+			return false, nil
+		case openRun:
+			if source == workflows.SourceDiscovery {
+				return false, nil
+			}
+		}
+	}
+	return true, d.start(ctx, identity, source, seenAt)
+}
+
+// verdict is what a sighting needs, given the host's latest run.
+type verdict int
+
+const (
+	startRun  verdict = iota // no run, or a closed one the sighting is newer than: start as usual
+	openRun                  // a run is at work on the host and absorbs the sighting
+	finishing                // a run past its restart RPC (or between steps): judge once it has closed
+	staleSeen                // the host left provisioning mode after the sighting: drop it
+)
+
+// check reads the host's latest run from the history service (not the rate-limited visibility
+// store) and judges a sighting made at seenAt against it.
+func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Time) verdict {
+	resp, err := d.starter.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
+	if err != nil {
+		return startRun // none yet, or Temporal cannot say: start as usual
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	switch info.GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		// a run in its restart grace has no activity pending and will not serve this sighting;
+		// one with an activity pending, deferred, or not yet at its helper will
+		if len(resp.GetPendingActivities()) == 0 && mayBeFinishing(info) {
+			return finishing
+		}
+		return openRun
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+		return d.checkCompleted(ctx, identity, info, seenAt)
+	}
+	return startRun
+}
+
+// checkCompleted judges a sighting against a completed latest run. The run makes the sighting
+// stale only if the host could still have answered in provisioning mode from that run when the
+// sighting was made: the run's result says when its restart RPC succeeded
+// (ProvisionResult.LeftProvisioningBy). Judging by the close time instead went wrong when a
+// provisioner stopped during a run's restart grace: the run closed only when a provisioner came
+// back, after that provisioner's first sweep began, and every host seen in that sweep waited a
+// whole interval.
+func (d *Discoverer) checkCompleted(ctx context.Context, identity string, info *workflowpb.WorkflowExecutionInfo, seenAt time.Time) verdict {
+	// a run that closes at its restart RPC (no restart grace) leaves the server answering in
+	// provisioning mode for up to splay+2 s more: a sweep begun in that window is an echo
+	if !info.GetCloseTime().AsTime().Add(workflows.RestartWindow(0)).After(seenAt) {
+		return startRun
+	}
+	var res workflows.ProvisionResult
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := d.starter.GetWorkflow(rctx, workflows.WorkflowID(identity), info.GetExecution().GetRunId()).Get(rctx, &res); err != nil {
+		d.log.Warn("could not read the latest run's result, judging the sighting by the run's close time",
+			zap.String(logging.FieldIdentity, identity), zap.Error(err))
+		return staleSeen
+	}
+	if left := res.LeftProvisioningBy(); !left.IsZero() && left.Before(seenAt) {
+		return startRun // the host is back in provisioning mode since that run restarted it
+	}
+	return staleSeen
+}
+
+// mayBeFinishing says whether an open run may be past its restart RPC, by its search attributes:
+// at its helper (a run upserts no step after it) or at restart, and not deferred.
+func mayBeFinishing(info *workflowpb.WorkflowExecutionInfo) bool {
+	if keyword(info, workflows.OutcomeKey.GetName()) == workflows.OutcomeDeferred {
+		return false
+	}
+	switch keyword(info, workflows.StepKey.GetName()) {
+	case workflows.StepHelper, workflows.StepRestart:
+		return true
+	}
+	return false
+}
+
+// keyword reads a keyword search attribute from a run's description ("" when unset).
+func keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
+	p, ok := info.GetSearchAttributes().GetIndexedFields()[name]
+	if !ok {
+		return ""
+	}
+	var v string
+	if converter.GetDefaultDataConverter().FromPayload(p, &v) != nil {
+		return ""
+	}
+	return v
+}
+
+func (d *Discoverer) dropStale(identity string) {
+	d.log.Debug("stale sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
+	d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
+}

@@ -1,0 +1,95 @@
+package service
+
+import (
+	"context"
+	"os"
+	"strings"
+
+	"go.temporal.io/sdk/client"
+
+	"go.temporal.io/sdk/converter"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/logging"
+)
+
+// DataConverter returns the operators' payload converter of the config: encrypting unless
+// plaintext, and reading every payload of its keys, whatever workflow it was written for, and
+// those not encrypted (the codec server, the hosts commands). The worker reads with
+// WorkerDataConverter.
+func DataConverter(cfg *config.Config) (converter.DataConverter, *codec.Codec, error) {
+	if cfg.Temporal.Plaintext {
+		return converter.GetDefaultDataConverter(), nil, nil
+	}
+	var keys []string
+	if env := os.Getenv(config.CodecKeyEnv); env != "" {
+		keys = strings.Split(env, ",")
+	} else {
+		var err error
+		if keys, err = codec.LoadKeyFile(cfg.Temporal.CodecKeyFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := codec.New(keys...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return codec.DataConverter(c), c, nil
+}
+
+// failureConverter encrypts failure messages and stack traces with dc's codec; with
+// temporal.plaintext there is none, and failures stay as the SDK writes them.
+func failureConverter(cfg *config.Config, dc converter.DataConverter) converter.FailureConverter {
+	if cfg.Temporal.Plaintext {
+		return nil
+	}
+	return codec.FailureConverter(dc)
+}
+
+// PlaintextWarning is what a worker with temporal.plaintext says at start.
+const PlaintextWarning = "temporal.plaintext is set: payloads and failures are neither encrypted nor bound to their host's workflow, " +
+	"so anyone who can read the namespace reads every signed JWT and helper configuration, and anyone who can write to it " +
+	"can hand this worker inputs of their own: namespace write access is then the right to mint identities. For a dev stack only"
+
+// refusalReasons are the reasons choria_provisioner_refused_payloads counts, exported at 0 from
+// the start so that an alert on their rate has a series to watch.
+var refusalReasons = []string{codec.ReasonPlaintext, codec.ReasonUnknownKey, codec.ReasonUndecryptable, codec.ReasonUnbound,
+	codec.ReasonForeignBinding, activities.ReasonForeignWorkflow, activities.ReasonIdentityMismatch}
+
+// dialWorker dials the worker's client (discovery shares it): it reads only payloads of its
+// own keys, written for the workflow at hand.
+func (s *Service) dialWorker(ctx context.Context, mh client.MetricsHandler) (client.Client, error) {
+	dc, err := s.workerDataConverter()
+	if err != nil {
+		return nil, err
+	}
+	return dialTemporal(ctx, s.cfg, s.log, mh, dc)
+}
+
+// workerDataConverter is the data converter of the worker's client: it refuses payloads that are
+// not encrypted with the codec's keys, or that were written for another workflow than the one
+// decoded for, and logs and counts each refusal. With temporal.plaintext nothing is refused
+// (there is nothing to check) and the start says so.
+func (s *Service) workerDataConverter() (converter.DataConverter, error) {
+	for _, r := range refusalReasons {
+		s.Metrics.RefusedPayloads.WithLabelValues(s.cfg.Site, r).Add(0)
+	}
+	if s.cfg.Temporal.Plaintext {
+		s.log.Warn(PlaintextWarning)
+		return converter.GetDefaultDataConverter(), nil
+	}
+	_, c, err := DataConverter(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return codec.DataConverter(c.Worker(s.refused)), nil
+}
+
+func (s *Service) refused(r *codec.RefusedError) {
+	s.Metrics.RefusedPayloads.WithLabelValues(s.cfg.Site, r.Reason).Inc()
+	s.log.Warn("payload refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
+		zap.String(logging.FieldBinding, r.Binding), zap.Error(r))
+}

@@ -1,0 +1,3 @@
+// Package style holds the repository's own checks on the shape of its product code (its test):
+// what a reader can take in at once, kept so as the code changes.
+package style
