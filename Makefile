@@ -165,7 +165,7 @@ test-faults-postgres: deps tools
 
 ## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m); RSS and goroutine slopes
 test-soak: deps tools
-	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak \+|Error|Messages'
+	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series)|Error|Messages'
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
 compose-check:

@@ -151,6 +151,13 @@ func logSlopes(t *testing.T, samples []soakSample, warmup time.Duration) {
 		slope := (k*sxy - sx*sy) / (k*sxx - sx*sx)
 		t.Logf("FAULT soak: %s %.0f-%.0f %s over %d samples after %v, slope %+.1f %s/h",
 			series.name, lo, hi, series.unit, len(kept), warmup.Round(time.Second), slope, series.unit)
+		// the series itself: a spike at a fault and a trend give the same range and can give the
+		// same slope over a short soak
+		var b strings.Builder
+		for _, s := range samples {
+			fmt.Fprintf(&b, " %.0f", series.v(s))
+		}
+		t.Logf("soak series, %s, every 15 s:%s", series.name, b.String())
 	}
 }
 
