@@ -171,7 +171,9 @@ func defaults() map[string]any {
 		// and the hosts of a burst beyond new_hosts_burst are found by a sweep brought forward
 		"new_hosts_rate":             50,
 		"new_hosts_burst":            500,
-		"temporal.worker_versioning": true,
+		// off until the whole suite runs versioned; a site that upgrades replicas one at a time
+		// turns it on before its first upgrade (docs/architecture.md, "Upgrading the workflow")
+		"temporal.worker_versioning": false,
 	}
 }
 
