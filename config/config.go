@@ -169,8 +169,8 @@ func defaults() map[string]any {
 		// a flood of forged startup events or discovery replies starts at most this many runs a
 		// second; at the 15-35 hosts/s measured (docs/performance.md) neither bounds a real fleet,
 		// and the hosts of a burst beyond new_hosts_burst are found by a sweep brought forward
-		"new_hosts_rate":             50,
-		"new_hosts_burst":            500,
+		"new_hosts_rate":  50,
+		"new_hosts_burst": 500,
 		// off until the whole suite runs versioned; a site that upgrades replicas one at a time
 		// turns it on before its first upgrade (docs/architecture.md, "Upgrading the workflow")
 		"temporal.worker_versioning": false,
