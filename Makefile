@@ -175,6 +175,7 @@ compose-check:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	go vet -tags compose ./internal/integration/
 	go -C monitoring vet -mod=mod ./...
 
 ## bench: the benchmark scenarios (docs/performance.md) on the dev stack with a simulated fleet;

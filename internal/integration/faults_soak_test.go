@@ -96,12 +96,12 @@ func (e *env) soakSample(start time.Time, port, pid int) soakSample {
 	if e.stack.Temporal != nil {
 		s.temporalMiB = procstat.RSSMiB(e.stack.Temporal.PID())
 	}
-	s.goroutines = metricValue(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), "go_goroutines")
+	s.goroutines = scrapeValue(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), "go_goroutines")
 	return s
 }
 
-// metricValue is one unlabelled series from a Prometheus text page (NaN-free: 0 when absent).
-func metricValue(url, name string) float64 {
+// scrapeValue is one unlabelled series from a Prometheus text page (NaN-free: 0 when absent).
+func scrapeValue(url, name string) float64 {
 	resp, err := http.Get(url)
 	if err != nil {
 		return 0
