@@ -107,11 +107,13 @@ func (r simFault) log(t *testing.T, scenario string, took time.Duration) {
 		scenario, r.hosts, r.provisioned, r.lost, r.twice, r.redelivered, r.runsPerHost, r.failed, r.recovered.Round(100*time.Millisecond), took.Round(time.Second))
 }
 
-// require holds every scenario to its bar: no host lost, none configured twice.
+// require holds every scenario to its bar: no host lost, none configured twice, and no
+// provisioned host whose latest run says failed (what `hosts list --outcome failed` would show).
 func (r simFault) require(t *testing.T) {
 	t.Helper()
 	require.Zero(t, r.lost, "hosts lost: never restarted out of provisioning mode")
 	require.Zero(t, r.twice, "hosts configured twice: with different credentials, or by two steps or runs")
+	require.Zero(t, r.failed, "provisioned hosts whose latest run failed (their reasons are logged above)")
 }
 
 // envInt is an integer from the environment (a scenario's full size), else def (its size in make test).
