@@ -79,7 +79,8 @@ type Temporal struct {
 	// WorkerVersioning puts the worker in a Temporal Worker Deployment named after the task
 	// queue, as the build of its version: a starting replica of a newer build makes it current,
 	// and from then on no replica of an older build gets a task (docs/architecture.md,
-	// "Upgrading the workflow"). Off: an unversioned worker.
+	// "Upgrading the workflow"). On by default: the first release's replicas must already be
+	// versioned for the next upgrade to be safe. Off: an unversioned worker.
 	WorkerVersioning bool `koanf:"worker_versioning"`
 
 	// TLS and the API key: how the frontend is reached securely (config/tls.go).
@@ -173,7 +174,7 @@ func defaults() map[string]any {
 		"new_hosts_burst": 500,
 		// off until the whole suite runs versioned; a site that upgrades replicas one at a time
 		// turns it on before its first upgrade (docs/architecture.md, "Upgrading the workflow")
-		"temporal.worker_versioning": false,
+		"temporal.worker_versioning": true,
 	}
 }
 

@@ -51,11 +51,11 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
 	require.Equal(t, 50.0, cfg.NewHostsRate, "a flood of forged sightings is bounded by default")
 	require.Equal(t, 500, cfg.NewHostsBurst)
-	require.False(t, cfg.Temporal.WorkerVersioning, "opt-in in this build: docs/architecture.md")
-	t.Setenv("PROVISIONER_TEMPORAL__WORKER_VERSIONING", "true")
+	require.True(t, cfg.Temporal.WorkerVersioning, "on from the first release: docs/architecture.md")
+	t.Setenv("PROVISIONER_TEMPORAL__WORKER_VERSIONING", "false")
 	cfg, err = Load(writeConfig(t, ""))
 	require.NoError(t, err)
-	require.True(t, cfg.Temporal.WorkerVersioning)
+	require.False(t, cfg.Temporal.WorkerVersioning)
 }
 
 // A file written for the Choria Provisioner, every documented key, loads unchanged.

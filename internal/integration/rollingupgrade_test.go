@@ -40,7 +40,6 @@ import (
 func TestIntegrationRollingUpgrade(t *testing.T) {
 	const hosts = 500
 	const oldBuild, newBuild = "1.0.0", "1.1.0"
-	t.Setenv("PROVISIONER_TEMPORAL__WORKER_VERSIONING", "true") // the upgrade story's setting
 	// longer than the upgrade takes: hosts deferred on the old build wake on the new one
 	t.Setenv("PROVISIONER_DEFER_DELAY", "20s")
 	var deferred string
@@ -128,7 +127,6 @@ func TestIntegrationRollingUpgrade(t *testing.T) {
 // run to that build, so the unversioned replica runs nothing and says so, with the command that
 // hands the deployment back to unversioned workers; after it, the hosts are provisioned.
 func TestIntegrationUnversionedReplicaSaysWhyItIdles(t *testing.T) {
-	t.Setenv("PROVISIONER_TEMPORAL__WORKER_VERSIONING", "true")
 	e := newEnv(t, envOptions{servers: 0})
 	versioned := e.buildReplica("versioned", "1.0.0", false)
 	e.waitCurrent(versioned, "1.0.0")
