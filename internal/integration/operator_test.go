@@ -100,6 +100,7 @@ func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
 	// five helper runs per host, one provisioning error per failed host, one final error line each
 	require.Equal(t, 20.0, testutil.ToFloat64(svc.Metrics.HelperErrors.WithLabelValues("dev")))
 	require.Equal(t, 4.0, testutil.ToFloat64(svc.Metrics.ProvisionErrors.WithLabelValues("dev")))
+	require.Equal(t, 4.0, testutil.ToFloat64(svc.Metrics.FailedRuns.WithLabelValues("dev", workflows.StepHelper)))
 	require.Equal(t, 4, e.logLines("replica-a", `"level":"error"`, "step failed, no retries left"))
 
 	hosts, err := op.List(ctx, operator.Filter{Outcome: workflows.OutcomeFailed, Step: workflows.StepHelper, Site: "dev"})

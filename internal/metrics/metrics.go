@@ -42,6 +42,8 @@ type Metrics struct {
 	RefusedPayloads *prometheus.CounterVec
 	// ours: sightings discovery refused before anything was queued or started, by reason
 	SightingsRefused *prometheus.CounterVec
+	// ours: host runs that ended failed, by the step they failed at (provision_errors without it)
+	FailedRuns *prometheus.CounterVec
 }
 
 // Reasons discovery refuses a sighting, the reason label of SightingsRefused.
@@ -79,6 +81,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
 		ProvisionErrors:  counter("provision_errors", "Provisioning attempts that failed"),
+		FailedRuns:       counter("failed_runs_total", "Host runs that ended failed, by the step they failed at", "step"),
 		RPCTime:          summary("rpc_time", "Time taken by RPC requests to nodes", "rpc"),
 		RPCErrors:        counter("rpc_errors", "RPC requests that failed", "rpc"),
 		HelperTime:       summary("helper_time", "Time taken by the helper"),
@@ -90,7 +93,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

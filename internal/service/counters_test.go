@@ -66,7 +66,7 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	return env.GetWorkflowError()
 }
 
-// provision_errors counts runs that end failed, once each; helper_errors every failed helper
+// provision_errors counts runs that end failed, once each, and failed_runs_total by step; helper_errors every failed helper
 // run; "no retries left" is logged at error only on the workflow's last try of the helper.
 func TestProvisionErrorsOncePerFailedRun(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -88,6 +88,8 @@ func TestProvisionErrorsOncePerFailedRun(t *testing.T) {
 	require.ErrorContains(t, err, "CA is down")
 	require.Equal(t, 7.0, testutil.ToFloat64(m.HelperErrors.WithLabelValues("dc1")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.ProvisionErrors.WithLabelValues("dc1")))
+	require.Equal(t, 1, testutil.CollectAndCount(m.FailedRuns), "one step label: the one the run failed at")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.FailedRuns.WithLabelValues("dc1", workflows.StepHelper)))
 	for _, e := range logs.All() {
 		t.Logf("%s %s %v", e.Level, e.Message, e.ContextMap())
 	}

@@ -12,7 +12,9 @@ import (
 )
 
 // ProvisionErrors counts choria_provisioner_provision_errors once per host run that ends failed,
-// as the Choria Provisioner counted one per failed provisioning attempt of a host. A step's
+// as the Choria Provisioner counted one per failed provisioning attempt of a host, and
+// choria_provisioner_failed_runs_total by the step it failed at: the run's ProvisionStep search
+// attribute, which the workflow sets to that step as it fails (its own state, from its history). A step's
 // activity cannot tell: the workflow retries the helper itself, and some last failures do not
 // fail the host (a stale sighting, an optional upgrade). Counted where the run's own result is
 // known, and only when the workflow task is not a replay, so each failed run counts once on the
@@ -42,6 +44,8 @@ func (i *provisionErrorsInbound) ExecuteWorkflow(ctx workflow.Context, in *inter
 	res, err := i.Next.ExecuteWorkflow(ctx, in)
 	if runFailed(err) && !workflow.IsReplaying(ctx) {
 		i.m.ProvisionErrors.WithLabelValues(i.m.Site).Inc()
+		step, _ := workflow.GetTypedSearchAttributes(ctx).GetKeyword(workflows.StepKey)
+		i.m.FailedRuns.WithLabelValues(i.m.Site, step).Inc()
 	}
 	return res, err
 }
