@@ -23,7 +23,7 @@ PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all deps build binaries tools package run test test-monitoring test-chart test-compose test-unit test-integration test-faults test-faults-scale test-faults-full test-faults-slow test-faults-postgres test-soak lint compose-check bench bench-small-fleet clean
+.PHONY: all deps build binaries tools package run test test-monitoring test-chart test-compose test-unit test-integration test-faults test-faults-scale test-faults-full test-faults-slow test-faults-postgres test-faults-disk test-soak lint compose-check bench bench-small-fleet clean
 
 all: build
 
@@ -162,6 +162,11 @@ test-faults-slow: deps tools
 ## test-faults-postgres: PostgreSQL restarted under load in the production shape (PG_HOSTS=500)
 test-faults-postgres: deps tools
 	FAULTS_POSTGRES=1 FAULTS_POSTGRES_HOSTS=$(or $(PG_HOSTS),500) $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultPostgresRestart$$' ./internal/integration/ 2>&1 | $(FAULTS_GREP)
+
+## test-faults-disk: the dev server's SQLite file on a small tmpfs filled under load (needs root;
+## DISK_HOSTS=500, DISK_FULL=30s)
+test-faults-disk: deps tools
+	FAULTS_DISK=1 FAULTS_DISK_HOSTS=$(or $(DISK_HOSTS),500) FAULTS_DISK_FULL=$(or $(DISK_FULL),30s) $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultDiskFull$$' ./internal/integration/ 2>&1 | $(FAULTS_GREP)
 
 ## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m); RSS and goroutine slopes
 test-soak: deps tools

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -57,6 +59,25 @@ func (b *browser) click(sel string) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(b.t, chromedp.Do(ctx, chromedp.Click(sel)), "clicking %s", sel)
+}
+
+// store sets a key of the current page's origin's localStorage, as the page itself would.
+func (b *browser) store(key, value string) {
+	b.t.Helper()
+	js, err := json.Marshal(map[string]string{"k": key, "v": value})
+	require.NoError(b.t, err)
+	_, err = chromedp.Run(b.ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(o => { localStorage.setItem(o.k, o.v); return true })(%s)`, js)))
+	require.NoError(b.t, err, "setting localStorage %s", key)
+}
+
+// textOf is what the first element matching sel shows.
+func (b *browser) textOf(sel string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(sel))
+	require.NoError(b.t, err, "reading %s", sel)
+	return s
 }
 
 // text is what the page shows a reader; html is its DOM.

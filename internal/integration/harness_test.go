@@ -50,6 +50,7 @@ type envOptions struct {
 	ownTemporalWithUI bool       // a Temporal of the test's own, with the Web UI
 	ownTemporal       bool       // a Temporal of the test's own
 	persist           bool       // ... on a SQLite file, so it survives a restart
+	dbFile            string     // ... that file (default: in the test's directory)
 	temporalAddress   string     // a Temporal the test started itself (postgres_test.go)
 	temporalTLS       config.TLS // temporal.tls for temporalAddress
 	mode              string     // devstack.ModeIssuer (default) or ModePKI
@@ -81,6 +82,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		bin, err := devstack.FindTemporalBinary()
 		require.NoError(t, err)
 		opts.TemporalAddress, opts.TemporalBin, opts.UI, opts.Persist = "", bin, o.ownTemporalWithUI, o.persist
+		opts.TemporalDBFile = o.dbFile
 	}
 	if o.temporalAddress != "" {
 		opts.TemporalAddress = o.temporalAddress

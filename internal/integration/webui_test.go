@@ -188,8 +188,9 @@ func newUIEnv(t *testing.T, o envOptions) *env {
 // it was found), what the run is doing now (the workflow's current details: a deferred host
 // until when and why), and the steps' and timers' summaries. All of it
 // is user metadata, decoded through the codec server; a failed host's failure names the step
-// and why. (UI 2.42's workflow list has fixed columns and no summary column; the list shows each
-// host's workflow ID and status.)
+// and why. The list shows each host's step, outcome and site in columns of its own: Temporal's
+// list API returns no user metadata (no UI can show a run's summary in the list), but its
+// search attributes, which the list's column picker adds.
 func TestIntegrationWebUIShowsWhatEachHostIsDoing(t *testing.T) {
 	var deferred string
 	e := newUIEnv(t, envOptions{servers: 3, failing: 1, helper: func(s *devstack.Stack) string {
@@ -223,6 +224,17 @@ printf '%%s' "$input" | %[2]s
 	for _, id := range []string{good.Identity, broken, deferred} {
 		require.Contains(t, list, workflows.WorkflowID(id))
 	}
+	// what each host is doing, in its row: the search-attribute columns an operator adds once
+	// with the list's column picker (saved in the browser's localStorage, as here)
+	b.store("namespace-workflow-table-columns", hostColumns)
+	b.open(ui+"?query="+url.QueryEscape(`ProvisionSite="dev"`), fmt.Sprintf(`//a[contains(., %q)]`, workflows.WorkflowID(good.Identity)))
+	row := func(id string) string {
+		return b.textOf(fmt.Sprintf(`//tr[.//a[contains(., %q)]]`, workflows.WorkflowID(id)))
+	}
+	require.Regexp(t, `(?s)provisioned.*dev`, row(good.Identity), "a provisioned host's row")
+	require.Regexp(t, `(?s)helper.*failed.*dev`, row(broken), "a failed host's row: the step it failed at")
+	require.Regexp(t, `(?s)deferred.*dev`, row(deferred), "a deferred host's row")
+	b.shot(filepath.Join(shots, "ui-host-list.png"))
 
 	d, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(deferred), "")
 	require.NoError(t, err)
@@ -242,3 +254,9 @@ printf '%%s' "$input" | %[2]s
 	require.Contains(t, text, "waiting for the site's helper to decide the configuration", "the steps carry their summaries")
 	requireDecoded(t, b)
 }
+
+// hostColumns is the list's columns as the Web UI's column picker saves them for the default
+// namespace: its own, then the host's search attributes.
+const hostColumns = `{"default":[{"label":"Status","pinned":false},{"label":"Workflow ID","pinned":false},` +
+	`{"label":"ProvisionStep","pinned":false},{"label":"ProvisionOutcome","pinned":false},` +
+	`{"label":"ProvisionSite","pinned":false},{"label":"Start","pinned":false},{"label":"End","pinned":false}]}`

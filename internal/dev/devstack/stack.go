@@ -18,15 +18,17 @@ import (
 
 // StackOptions describe a local provisioning network.
 type StackOptions struct {
-	Dir          string // state directory; everything the stack makes lives here
-	Self         string // the choria-provisioner binary (fleet servers and the example helper run from it)
-	TemporalBin  string
-	Servers      int
-	Persist      bool // Temporal on a SQLite file in Dir, else in memory
-	UI           bool
-	UIPort       int
-	TemporalPort int
-	MonitorPort  int
+	Dir         string // state directory; everything the stack makes lives here
+	Self        string // the choria-provisioner binary (fleet servers and the example helper run from it)
+	TemporalBin string
+	Servers     int
+	Persist     bool // Temporal on a SQLite file in Dir, else in memory
+	// TemporalDBFile puts that file elsewhere (the full-disk fault test: on a small tmpfs).
+	TemporalDBFile string
+	UI             bool
+	UIPort         int
+	TemporalPort   int
+	MonitorPort    int
 	// Helper overrides the example helper command line.
 	Helper      string
 	Interval    string
@@ -144,6 +146,9 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	dbFile := ""
 	if o.Persist {
 		dbFile = filepath.Join(o.Dir, "temporal.db")
+		if o.TemporalDBFile != "" {
+			dbFile = o.TemporalDBFile
+		}
 	}
 	if s.TemporalAddress == "" {
 		// a zero port is chosen by StartTemporal (another one if the first is taken meanwhile)
