@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -42,8 +44,8 @@ func TestIntegrationFaultDiskFull(t *testing.T) {
 	whileFull := simCount(status(), configured) - atFull
 	require.NoError(t, os.Remove(filler))
 	back := time.Now()
-	t.Logf("space back after %v: %d hosts were configured while the disk was full; the provisioner's log meanwhile: %d lines mention the dev server's errors",
-		full, whileFull, e.logLines("replica-a", "database or disk is full"))
+	t.Logf("space back after %v: %d hosts were configured while the disk was full; the provisioner's warnings and errors so far: %v",
+		full, whileFull, e.logMessages("replica-a", `"level":"warn"`, `"level":"error"`))
 	r := e.simOutcome("disk-", status, hosts, back, 20*time.Minute)
 	r.log(t, fmt.Sprintf("dev server's disk full for %v under load, %d simulated hosts (recovery from when space returned)", full, hosts), time.Since(began))
 	r.require(t)
@@ -82,4 +84,23 @@ func fillDisk(t *testing.T, dir string) (string, int64) {
 		}
 		require.NoError(t, err, "filling %s", dir)
 	}
+}
+
+// logMessages counts a replica's log lines of each level given by message.
+func (e *env) logMessages(replica string, levels ...string) map[string]int {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, replica+".log"))
+	require.NoError(e.t, err)
+	out := map[string]int{}
+	for _, l := range strings.Split(string(b), "\n") {
+		var line struct {
+			Msg string `json:"msg"`
+		}
+		for _, lv := range levels {
+			if strings.Contains(l, lv) && json.Unmarshal([]byte(l), &line) == nil {
+				out[line.Msg]++
+			}
+		}
+	}
+	return out
 }
