@@ -146,7 +146,7 @@ test-faults-scale: deps tools
 test-faults: deps tools
 	$(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFault' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT' 
 
-FAULTS_GREP := grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|Error|Messages'
+FAULTS_GREP := grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|latest run failed|Error|Messages'
 
 ## test-faults-full: the compound scenario on 2,000 simulated hosts, the partitions, kill during
 ## restart and fast-mode scenarios at full size (make test runs them smaller); COMPOUND_HOSTS=10000
@@ -170,7 +170,7 @@ test-faults-disk: deps tools
 
 ## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m); RSS and goroutine slopes
 test-soak: deps tools
-	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series)|Error|Messages'
+	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series)|latest run failed|Error|Messages'
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
 compose-check:
