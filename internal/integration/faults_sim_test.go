@@ -64,6 +64,9 @@ func (e *env) simOutcome(prefix string, status func() fleetsim.Status, n int, si
 		if h.Outcome == workflows.OutcomeFailed {
 			r.failed++
 			e.t.Logf("%s: latest run failed at %s after %d runs: %s", h.Identity, h.Step, h.Runs, h.Reason)
+			if h.Runs > 1 {
+				e.explainHost(h.Identity, st.Hosts[h.Identity])
+			}
 		}
 	}
 	runs := 0

@@ -23,7 +23,7 @@ import (
 // Soak: simulated hosts arrive at 5/s for FAULTS_SOAK (make test-soak SOAK=60m), with a fault
 // every FAULTS_SOAK_EVERY (5 m, or a fifth of a shorter soak) in turn: kill -9 of a worker,
 // broker restart, Temporal restart, and 30 s partitions to the broker (both ways, replies only)
-// and to Temporal. One provisioner process is never killed: its RSS and goroutines are sampled
+// and to Temporal (FAULTS_SOAK_ONLY: only the faults whose names contain it). One provisioner process is never killed: its RSS and goroutines are sampled
 // every 15 s and their slope reported, with Temporal's and the broker's memory.
 func TestIntegrationFaultSoak(t *testing.T) {
 	d := envDuration(t, "FAULTS_SOAK", 0)
@@ -64,6 +64,17 @@ func TestIntegrationFaultSoak(t *testing.T) {
 		{"provisioner-broker cut both ways 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Both) }},
 		{"provisioner-Temporal cut both ways 30 s", func() error { return cut(e.stack.TemporalProxy, faultproxy.Both) }},
 		{"provisioner-broker replies held 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Downstream) }},
+	}
+	if only := os.Getenv("FAULTS_SOAK_ONLY"); only != "" {
+		// one kind of fault, to reproduce what a full soak found (make test-soak SOAK_ONLY=Temporal-cut)
+		kept := faults[:0]
+		for _, f := range faults {
+			if strings.Contains(f.name, only) {
+				kept = append(kept, f)
+			}
+		}
+		require.NotEmpty(t, kept, "FAULTS_SOAK_ONLY=%q names none of the faults", only)
+		faults = kept
 	}
 	var samples []soakSample
 	next, n := start.Add(every), 0

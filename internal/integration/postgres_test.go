@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/choria-temporal/provisioner/activities"
@@ -19,6 +20,7 @@ import (
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 	"github.com/choria-temporal/provisioner/internal/dev/procstat"
 	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -173,6 +175,8 @@ func (e *env) explainHost(id string, h fleetsim.HostState) (configures int, atte
 			ev, err := it.Next()
 			require.NoError(e.t, err)
 			switch {
+			case ev.GetWorkflowExecutionStartedEventAttributes() != nil:
+				steps = append(steps, e.startedBy(ev.GetWorkflowExecutionStartedEventAttributes()))
 			case ev.GetActivityTaskScheduledEventAttributes() != nil:
 				names[ev.GetEventId()] = ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName()
 				if names[ev.GetEventId()] == activities.ConfigureName {
@@ -198,4 +202,17 @@ func (e *env) explainHost(id string, h fleetsim.HostState) (configures int, atte
 			ex.GetStartTime().AsTime().Format(time.StampMilli), ex.GetCloseTime().AsTime().Format(time.StampMilli), strings.Join(steps, "; "))
 	}
 	return configures, attempt
+}
+
+// startedBy says which client started a run and with what sighting (its input, decoded as the
+// provisioner decodes it), for explaining a run nobody expected.
+func (e *env) startedBy(a *historypb.WorkflowExecutionStartedEventAttributes) string {
+	e.t.Helper()
+	dc, _, err := service.DataConverter(e.cfg)
+	require.NoError(e.t, err)
+	var in workflows.ProvisionInput
+	if err := dc.FromPayloads(a.GetInput(), &in); err != nil {
+		return fmt.Sprintf("started by %s (input unreadable: %v)", a.GetIdentity(), err)
+	}
+	return fmt.Sprintf("started by %s for a %s sighting at %s", a.GetIdentity(), in.Source, in.SeenAt.Format(time.StampMilli))
 }
