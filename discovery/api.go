@@ -58,6 +58,10 @@ const LateEvent = time.Second
 // within moments of the restart RPC while a worker is up.
 const FinishingRecheck = 500 * time.Millisecond
 
+// CheckTimeout bounds one look at a host's latest run: past it the sighting is unjudged and
+// refused (a partition from Temporal holds a call until the SDK's own deadline).
+const CheckTimeout = 5 * time.Second
+
 // ListTimeout bounds a sweep's listing of the open runs; past it the sweep describes instead.
 const ListTimeout = 30 * time.Second
 

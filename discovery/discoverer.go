@@ -28,8 +28,12 @@ type Discoverer struct {
 	connMu sync.Mutex
 	// queued counts the startup events waiting for a goroutine (eagerStart)
 	queued atomic.Int64
-	gate   *gate    // the new-hosts rate and the refusals' count (gate.go)
-	settle *settler // sightings waiting for a finishing run to close (settle.go)
+	// unjudgedUntil (Unix ns): after a look at a run Temporal did not answer, the checks until
+	// then are unjudged without asking, so that a partition costs a sweep one timeout per
+	// CheckTimeout instead of one a sighting (judge.go)
+	unjudgedUntil atomic.Int64
+	gate          *gate    // the new-hosts rate and the refusals' count (gate.go)
+	settle        *settler // sightings waiting for a finishing run to close (settle.go)
 	// sweep is Sweep, and resweep RefusedSweepAfter: tests replace them
 	sweep   func(context.Context) (int, error)
 	resweep time.Duration

@@ -41,6 +41,8 @@ type recordingStarter struct {
 	described int
 	latest    *workflowpb.WorkflowExecutionInfo // the host's latest run; nil: none
 	pending   int                               // activities pending in it
+	// describeErr: Temporal does not answer a description (a partition)
+	describeErr error
 	result    *workflows.ProvisionResult        // its result; nil: cannot be read
 	results   int                               // results read
 	// closeAfter: after this many descriptions, the run is closed (latest becomes closed)
@@ -75,6 +77,9 @@ func (r *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, ru
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.described++
+	if r.describeErr != nil {
+		return nil, r.describeErr
+	}
 	if r.closed != nil && r.described > r.closeAfter {
 		r.latest, r.pending = r.closed, 0
 	}

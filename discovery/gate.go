@@ -78,7 +78,7 @@ func (g *gate) refuse(reason, msg string, err error) {
 		g.detailed++
 	}
 	g.mu.Unlock()
-	if reason == metrics.RefusedRate || reason == metrics.RefusedFull {
+	if reason == metrics.RefusedRate || reason == metrics.RefusedFull || reason == metrics.RefusedUnjudged {
 		select {
 		case g.resweep <- struct{}{}:
 		default:
@@ -118,5 +118,6 @@ func (g *gate) report() {
 	}
 	g.log.Warn("sightings refused since the last report; a real host among them still waits in provisioning mode and is found again by the next discovery sweep",
 		zap.Int("refused", total), zap.Int(metrics.RefusedRate, refused[metrics.RefusedRate]), zap.Int(metrics.RefusedSize, refused[metrics.RefusedSize]),
-		zap.Int(metrics.RefusedInvalid, refused[metrics.RefusedInvalid]), zap.Int(metrics.RefusedFull, refused[metrics.RefusedFull]))
+		zap.Int(metrics.RefusedInvalid, refused[metrics.RefusedInvalid]), zap.Int(metrics.RefusedFull, refused[metrics.RefusedFull]),
+		zap.Int(metrics.RefusedUnjudged, refused[metrics.RefusedUnjudged]))
 }

@@ -2,14 +2,17 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -31,6 +34,9 @@ func (d *Discoverer) sighted(ctx context.Context, identity, source string, seenA
 		case staleSeen:
 			d.dropStale(identity)
 			return false, nil
+		case unjudged:
+			d.gate.refuse(metrics.RefusedUnjudged, "", nil)
+			return false, nil
 		case finishing:
 			d.settleLater(ctx, sighting{identity: identity, source: source, at: seenAt})
 			return false, nil
@@ -51,14 +57,35 @@ const (
 	openRun                  // a run is at work on the host and absorbs the sighting
 	finishing                // a run past its restart RPC (or between steps): judge once it has closed
 	staleSeen                // the host left provisioning mode after the sighting: drop it
+	unjudged                 // Temporal could not say: refuse it, for a sweep Temporal can judge
 )
 
 // check reads the host's latest run from the history service (not the rate-limited visibility
 // store) and judges a sighting made at seenAt against it.
+//
+// A sighting Temporal cannot judge is not started: a sweep's sighting in a partition from Temporal
+// made just after a run restarted its host (the server answers in provisioning mode for seconds
+// more) was started as usual, the start reached Temporal when the partition healed, and the run
+// failed at its first RPC to a host long provisioned (TestIntegrationFaultSoak, 5 hosts a 30 s
+// cut). A refusal brings the next sweep forward, which finds the host if it still waits.
 func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Time) verdict {
-	resp, err := d.starter.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
-	if err != nil {
-		return startRun // none yet, or Temporal cannot say: start as usual
+	if d.now().UnixNano() < d.unjudgedUntil.Load() {
+		return unjudged
+	}
+	dctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
+	resp, err := d.starter.DescribeWorkflowExecution(dctx, workflows.WorkflowID(identity), "")
+	var none *serviceerror.NotFound
+	switch {
+	case errors.As(err, &none):
+		return startRun
+	case err != nil:
+		if ctx.Err() == nil {
+			d.unjudgedUntil.Store(d.now().Add(CheckTimeout).UnixNano())
+			d.log.Warn("Temporal could not say whether a sighted host was provisioned since; refusing sightings for a while, the next sweep finds the hosts that still wait",
+				zap.String(logging.FieldIdentity, identity), zap.Duration("for", CheckTimeout), zap.Error(err))
+		}
+		return unjudged
 	}
 	info := resp.GetWorkflowExecutionInfo()
 	switch info.GetStatus() {

@@ -9,9 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -177,4 +179,29 @@ func TestSightingOfAFinishingRunWaitsForItsEnd(t *testing.T) {
 		require.Zero(t, s.started(), name)
 		require.Equal(t, 1, s.described, name)
 	}
+}
+
+// A sighting Temporal cannot judge is refused, never started: started, it repeated a finished run
+// on a host gone from provisioning mode once the partition healed. The refusal brings the next
+// sweep forward, and for CheckTimeout the other sightings are refused without asking.
+func TestSightingTemporalCannotJudgeIsRefused(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	s := &recordingStarter{describeErr: serviceerror.NewUnavailable("connection refused")}
+	d, m := newTestDiscoverer(t, s)
+	d.now = func() time.Time { return now }
+	unjudged := func() float64 { return testutil.ToFloat64(m.SightingsRefused.WithLabelValues("lab", metrics.RefusedUnjudged)) }
+
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now.Add(-3*time.Second)))
+	require.NoError(t, d.Sighted(context.Background(), "n2", workflows.SourceEvent, now.Add(-3*time.Second)))
+	require.Empty(t, s.calls, "no run started on a sighting Temporal could not judge")
+	require.Equal(t, 1, s.described, "the second sighting is refused without asking")
+	require.Equal(t, 2.0, unjudged())
+	require.Len(t, d.gate.resweep, 1, "the refusal brings the next sweep forward")
+
+	// Temporal answers again: the host has no run, and the next sighting starts one
+	now = now.Add(CheckTimeout)
+	s.describeErr = nil
+	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now.Add(-time.Second)))
+	require.Len(t, s.calls, 1)
+	require.Equal(t, 2.0, unjudged())
 }

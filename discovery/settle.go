@@ -147,6 +147,8 @@ func (d *Discoverer) settleOne(w settling) bool {
 		return false
 	case v == staleSeen:
 		d.dropStale(w.identity)
+	case v == unjudged:
+		d.gate.refuse(metrics.RefusedUnjudged, "", nil)
 	case v == startRun:
 		_ = d.start(w.ctx, w.identity, w.source, w.at)
 	case w.source == workflows.SourceEvent:

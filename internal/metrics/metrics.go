@@ -52,11 +52,15 @@ const (
 	RefusedInvalid = "invalid" // not a startup event or reply of a valid identity
 	RefusedRate    = "rate"    // over new_hosts_rate: the next sweep finds the host again
 	RefusedFull    = "full"    // a bounded queue of discovery's was full: likewise
+	// Temporal could not say whether a run provisioned the host since the sighting (it was
+	// unreachable): starting one could repeat a finished run on a host gone from provisioning
+	// mode, so the sighting waits for a sweep that Temporal can judge
+	RefusedUnjudged = "unjudged"
 )
 
 // RefusedReasons are every reason label SightingsRefused carries.
 func RefusedReasons() []string {
-	return []string{RefusedSize, RefusedInvalid, RefusedRate, RefusedFull}
+	return []string{RefusedSize, RefusedInvalid, RefusedRate, RefusedFull, RefusedUnjudged}
 }
 
 // New registers the series on reg.
