@@ -43,8 +43,8 @@ type recordingStarter struct {
 	pending   int                               // activities pending in it
 	// describeErr: Temporal does not answer a description (a partition)
 	describeErr error
-	result    *workflows.ProvisionResult        // its result; nil: cannot be read
-	results   int                               // results read
+	result      *workflows.ProvisionResult // its result; nil: cannot be read
+	results     int                        // results read
 	// closeAfter: after this many descriptions, the run is closed (latest becomes closed)
 	closeAfter int
 	closed     *workflowpb.WorkflowExecutionInfo

@@ -189,7 +189,9 @@ func TestSightingTemporalCannotJudgeIsRefused(t *testing.T) {
 	s := &recordingStarter{describeErr: serviceerror.NewUnavailable("connection refused")}
 	d, m := newTestDiscoverer(t, s)
 	d.now = func() time.Time { return now }
-	unjudged := func() float64 { return testutil.ToFloat64(m.SightingsRefused.WithLabelValues("lab", metrics.RefusedUnjudged)) }
+	unjudged := func() float64 {
+		return testutil.ToFloat64(m.SightingsRefused.WithLabelValues("lab", metrics.RefusedUnjudged))
+	}
 
 	require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now.Add(-3*time.Second)))
 	require.NoError(t, d.Sighted(context.Background(), "n2", workflows.SourceEvent, now.Add(-3*time.Second)))
