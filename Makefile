@@ -170,7 +170,7 @@ test-faults-disk: deps tools
 
 ## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m) (SOAK_ONLY: those whose names contain it); RSS and goroutine slopes
 test-soak: deps tools
-	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(if $(SOAK_ONLY),FAULTS_SOAK_ONLY='$(SOAK_ONLY)') $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series)|latest run failed|times; run |Error|Messages'
+	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(if $(SOAK_ONLY),FAULTS_SOAK_ONLY='$(SOAK_ONLY)') $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series|goroutines)|latest run failed|times; run |Error|Messages'
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
 compose-check:

@@ -36,7 +36,8 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	e := newEnv(t, envOptions{ownTemporal: true, persist: true, faults: true})
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
-	steady := e.processProvisioner("steady", fmt.Sprintf("PROVISIONER_MONITOR_PORT=%d", port), "PROVISIONER_MONITOR_ADDRESS=127.0.0.1")
+	steady := e.processProvisioner("steady", fmt.Sprintf("PROVISIONER_MONITOR_PORT=%d", port), "PROVISIONER_MONITOR_ADDRESS=127.0.0.1",
+		"PROVISIONER_MONITOR_PPROF=true")
 	victim := e.processProvisioner("victim-0")
 	status := e.startFleetSim(hosts, "--prefix", "soak-", "--rate", strconv.Itoa(rate))
 	start := time.Now()
@@ -77,9 +78,13 @@ func TestIntegrationFaultSoak(t *testing.T) {
 		faults = kept
 	}
 	var samples []soakSample
+	var early map[string]int // the steady provisioner's goroutines by stack, after warm-up
 	next, n := start.Add(every), 0
 	for tick := time.NewTicker(15 * time.Second); time.Since(start) < d; <-tick.C {
 		samples = append(samples, e.soakSample(start, port, steady.Process.Pid))
+		if early == nil && time.Since(start) >= d/10 {
+			early = goroutineStacks(port)
+		}
 		if time.Now().After(next) {
 			f := faults[n%len(faults)]
 			require.NoError(t, f.do(), f.name)
@@ -92,6 +97,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	r.log(t, fmt.Sprintf("soak %v at %d hosts/s with %d faults (one every %v)", d, rate, n, every), time.Since(start))
 	t.Logf("FAULT soak: the last host done %v after the last arrival; latency %s", r.recovered.Round(100*time.Millisecond), simLatency(status()))
 	logSlopes(t, samples, d/10)
+	logGrowth(t, early, goroutineStacks(port))
 	r.require(t)
 }
 
@@ -188,4 +194,62 @@ func simLatency(st fleetsim.Status) string {
 		return d[min(len(d)-1, int(q*float64(len(d))))].Round(10 * time.Millisecond)
 	}
 	return fmt.Sprintf("p50 %v, p95 %v, p99 %v, max %v", at(0.50), at(0.95), at(0.99), d[len(d)-1].Round(10*time.Millisecond))
+}
+
+// goroutineStacks counts a provisioner's goroutines by stack (the functions of its frames), from
+// its /debug/pprof/goroutine?debug=1 page; nil when it cannot be read.
+func goroutineStacks(port int) map[string]int {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/goroutine?debug=1", port))
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	stacks := map[string]int{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	count, frames := 0, []string(nil)
+	flush := func() {
+		if count > 0 {
+			stacks[strings.Join(frames, " < ")] += count
+		}
+		count, frames = 0, nil
+	}
+	for sc.Scan() {
+		line := sc.Text()
+		switch f := strings.Fields(line); {
+		case len(f) >= 2 && f[1] == "@":
+			flush()
+			count, _ = strconv.Atoi(f[0])
+		case len(f) >= 3 && f[0] == "#" && !strings.HasPrefix(f[2], "runtime."):
+			fn, _, _ := strings.Cut(f[2], "+0x")
+			frames = append(frames, fn)
+		}
+	}
+	flush()
+	return stacks
+}
+
+// logGrowth says which of the steady provisioner's stacks hold more goroutines at the end than
+// after warm-up: what a rising goroutine series is made of.
+func logGrowth(t *testing.T, early, late map[string]int) {
+	t.Helper()
+	if early == nil || late == nil {
+		t.Logf("FAULT soak: goroutine stacks not read")
+		return
+	}
+	type grown struct {
+		stack    string
+		from, to int
+	}
+	var g []grown
+	for stack, n := range late {
+		if n > early[stack] {
+			g = append(g, grown{stack, early[stack], n})
+		}
+	}
+	sort.Slice(g, func(i, j int) bool { return g[i].to-g[i].from > g[j].to-g[j].from })
+	t.Logf("FAULT soak: %d stacks of the provisioner (never killed) hold more goroutines at the end than after warm-up", len(g))
+	for _, x := range g[:min(len(g), 10)] {
+		t.Logf("soak goroutines %d -> %d: %s", x.from, x.to, x.stack)
+	}
 }
