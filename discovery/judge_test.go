@@ -83,7 +83,7 @@ func TestStalenessByRestartTime(t *testing.T) {
 		// its reply to the sweep may predate its restart
 		{"restarted just before the sweep", restarted(sweep.Add(-2 * time.Second)), 0},
 		{"restarted after the sweep began", restarted(sweep.Add(100 * time.Millisecond)), 0},
-		{"a run that restarted nothing (or of an older version)", &workflows.ProvisionResult{Outcome: workflows.OutcomeProvisioned}, 0},
+		{"a run that restarted nothing", &workflows.ProvisionResult{Outcome: workflows.OutcomeProvisioned}, 0},
 		{"result unreadable: by the close time", nil, 0},
 	}
 	for _, c := range cases {

@@ -355,7 +355,7 @@ type ProvisionResult struct {
 	// RestartedAt is when the restart RPC succeeded, with the splay it asked for: the host left
 	// provisioning mode by LeftProvisioningBy, whenever the run itself closed (a provisioner
 	// stopped during the restart grace closes it only when it comes back). Zero for runs that
-	// restarted nothing, and for runs of versions before this field.
+	// restarted nothing.
 	RestartedAt  time.Time `json:"restarted_at,omitzero"`
 	RestartSplay int       `json:"restart_splay,omitempty"`
 }
