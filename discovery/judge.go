@@ -90,8 +90,9 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 	info := resp.GetWorkflowExecutionInfo()
 	switch info.GetStatus() {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		// a run in its restart grace has no activity pending and will not serve this sighting;
-		// one with an activity pending, deferred, or not yet at its helper will
+		// a run past its restart RPC, waiting for its last workflow task, has no activity pending
+		// and will not serve this sighting; one with an activity pending, deferred, or not yet at
+		// its helper will
 		if len(resp.GetPendingActivities()) == 0 && mayBeFinishing(info) {
 			return finishing
 		}
@@ -105,13 +106,13 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 // checkCompleted judges a sighting against a completed latest run. The run makes the sighting
 // stale only if the host could still have answered in provisioning mode from that run when the
 // sighting was made: the run's result says when its restart RPC succeeded
-// (ProvisionResult.LeftProvisioningBy). Judging by the close time instead went wrong when a
-// provisioner stopped during a run's restart grace: the run closed only when a provisioner came
-// back, after that provisioner's first sweep began, and every host seen in that sweep waited a
-// whole interval.
+// (ProvisionResult.LeftProvisioningBy). Judging by the close time instead goes wrong when a
+// provisioner stops right after a run's restart RPC: the run closes only when a provisioner comes
+// back and runs its last workflow task, after that provisioner's first sweep began, and every
+// host seen in that sweep would wait a whole interval.
 func (d *Discoverer) checkCompleted(ctx context.Context, identity string, info *workflowpb.WorkflowExecutionInfo, seenAt time.Time) verdict {
-	// a run that closes at its restart RPC (no restart grace) leaves the server answering in
-	// provisioning mode for up to splay+2 s more: a sweep begun in that window is an echo
+	// a run closes at its restart RPC and leaves the server answering in provisioning mode for up
+	// to splay+2 s more: a sweep begun in that window is an echo
 	if !info.GetCloseTime().AsTime().Add(workflows.RestartWindow(0)).After(seenAt) {
 		return startRun
 	}

@@ -61,7 +61,7 @@ func TestLateSweepSightingOfAHostProvisionedSinceIsDropped(t *testing.T) {
 }
 
 // Staleness is judged by when the host's latest run restarted it (its result), not when the run
-// closed: a run a stopped provisioner left in its restart grace closes only when a provisioner
+// closed: a run a stopped provisioner left after its restart RPC closes only when a provisioner
 // comes back, after that provisioner's first sweep began.
 func TestStalenessByRestartTime(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)

@@ -16,14 +16,11 @@ import (
 const stickyScheduleToStart = 5 * time.Second
 
 // finishingWait is how long at most a sighting waits for a finishing run to close: the longest
-// its last task can wait for a worker, or a run of a version with a restart grace (open splay+3 s
-// after the restart RPC), with two looks to spare. Shorter, it gave up on a run a stopped
-// provisioner had left with its last task in hand (closed 10 s later by the next one) and the
-// host, re-imaged meanwhile, waited a whole discovery interval.
+// its last task can wait for a worker, with two looks to spare. Shorter, it would give up on a run
+// a stopped provisioner left with its last task in hand (closed a task timeout later by the next
+// one) and the host, re-imaged meanwhile, would wait a whole discovery interval.
 func (d *Discoverer) finishingWait() time.Duration {
-	tt := d.opts.Start.TaskTimeout()
-	grace := workflows.RestartWindow(0) + time.Second
-	return max(tt, stickyScheduleToStart, grace) + 2*FinishingRecheck
+	return max(d.opts.Start.TaskTimeout(), stickyScheduleToStart) + 2*FinishingRecheck
 }
 
 // settler holds the sightings of hosts whose latest run is finishing until that run has closed.

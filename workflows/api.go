@@ -354,7 +354,7 @@ type ProvisionResult struct {
 	Message  string `json:"message,omitempty"`
 	// RestartedAt is when the restart RPC succeeded, with the splay it asked for: the host left
 	// provisioning mode by LeftProvisioningBy, whenever the run itself closed (a provisioner
-	// stopped during the restart grace closes it only when it comes back). Zero for runs that
+	// stopped right after the restart RPC closes it only when one comes back). Zero for runs that
 	// restarted nothing.
 	RestartedAt  time.Time `json:"restarted_at,omitzero"`
 	RestartSplay int       `json:"restart_splay,omitempty"`

@@ -18,9 +18,9 @@ import (
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
-// restarted reports whether a host's latest run has its restart RPC done: open in its restart
-// grace (runs before workflows.VersionLean, where a stopped provisioner leaves it until one comes
-// back), or completed (from VersionLean on there is no grace: the result carries RestartedAt).
+// restarted reports whether a host's latest run has its restart RPC done: completed (its result
+// carries RestartedAt), or still open with the restart activity completed and the run's last
+// workflow task not yet run (a provisioner stopped then leaves it until another one runs it).
 func (e *env) restarted(identity string) bool {
 	resp, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(identity), "")
 	if err != nil {
@@ -42,7 +42,7 @@ func (e *env) restarted(identity string) bool {
 	return false
 }
 
-// The provisioner stops while its hosts' runs are in their restart grace; while it is down those
+// The provisioner stops as soon as its hosts are restarted, some runs perhaps still open; while it is down those
 // hosts are re-imaged (back in provisioning mode, same identities) and new hosts start; then it
 // starts again. Its first sweep finds them all, and none is judged stale because its previous run
 // closed after that sweep began: every host is started from the first sweep, not the next
@@ -58,7 +58,7 @@ func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
 			}
 		}
 		return true
-	}, 90*time.Second, 50*time.Millisecond, "hosts never reached their restart grace")
+	}, 90*time.Second, 50*time.Millisecond, "hosts never restarted")
 	require.NoError(t, first.Process.Signal(syscall.SIGTERM))
 	_ = first.Wait()
 	stopped := time.Now()
