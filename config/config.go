@@ -60,7 +60,7 @@ type Temporal struct {
 	Plaintext bool `koanf:"plaintext"`
 	// LocalActivities is accepted and means FastMode: one switch for speed (a warning says so).
 	LocalActivities bool `koanf:"local_activities"`
-	// FastMode runs the steps as local activities, configure and restart excepted: two workflow
+	// FastMode runs the steps as local activities, configure excepted: two workflow
 	// tasks per host, but the Web UI shows markers, not activities, for the local ones, and a
 	// worker that dies mid-host repeats the host's reads and helper call since its last completed
 	// workflow task (docs/performance.md, fast mode).
@@ -172,8 +172,8 @@ func defaults() map[string]any {
 		// and the hosts of a burst beyond new_hosts_burst are found by a sweep brought forward
 		"new_hosts_rate":  50,
 		"new_hosts_burst": 500,
-		// off until the whole suite runs versioned; a site that upgrades replicas one at a time
-		// turns it on before its first upgrade (docs/architecture.md, "Upgrading the workflow")
+		// replicas upgraded one at a time: the newest build takes every run's next workflow task
+		// and an older one none (docs/architecture.md, "Upgrading the workflow")
 		"temporal.worker_versioning": true,
 	}
 }

@@ -151,7 +151,7 @@ type Policy struct {
 	DeferDelay   time.Duration `json:"defer_delay"`
 	MaxDefers    int           `json:"max_defers"`
 	RestartSplay int           `json:"restart_splay"`
-	// Fast runs the steps as local activities (temporal.fast_mode), configure and restart excepted.
+	// Fast runs the steps as local activities (temporal.fast_mode), configure excepted.
 	Fast bool `json:"fast,omitempty"`
 	// HelperQueue sends helper calls to the run's helper task queue (HelperTaskQueue), which
 	// Temporal paces fleet-wide (helper_rate_limit); otherwise they stay on the run's own queue.

@@ -11,7 +11,7 @@ const (
 	ReasonPlaintext      = "plaintext"       // not encrypted
 	ReasonUnknownKey     = "unknown_key"     // encrypted with a key the worker does not hold
 	ReasonUndecryptable  = "undecryptable"   // altered, or sealed for another binding than its label says
-	ReasonUnbound        = "unbound"         // encrypted before payloads were bound to a workflow
+	ReasonUnbound        = "unbound"         // bound to no workflow (codec-server's /encode makes such payloads)
 	ReasonForeignBinding = "foreign_binding" // written for another workflow
 )
 

@@ -106,7 +106,7 @@ func WorkerOptions(cfg *config.Config) worker.Options {
 		MaxConcurrentActivityTaskPollers:   cfg.Temporal.ActivityPollers,
 		MaxConcurrentWorkflowTaskPollers:   cfg.Temporal.WorkflowPollers,
 		MaxConcurrentActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
-		// local reads (temporal.local_activities) are RPCs too: the same bound
+		// fast mode's local steps are RPCs too: the same bound
 		MaxConcurrentLocalActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
 	}
 }
