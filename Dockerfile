@@ -10,7 +10,10 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 # one go build: the three binaries' packages are compiled once and linked side by side
-RUN CGO_ENABLED=0 go build -trimpath -o /out/ ./cmd/choria-provisioner ./cmd/choria-provisioner-dev ./cmd/example-helper
+# VERSION is the worker's build ID under worker versioning: give each release its own
+# (docker build --build-arg VERSION=1.2.0), as the package does
+ARG VERSION=development
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=${VERSION}" -o /out/ ./cmd/choria-provisioner ./cmd/choria-provisioner-dev ./cmd/example-helper
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
