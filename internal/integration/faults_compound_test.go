@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/faultproxy"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 )
@@ -50,37 +51,42 @@ func TestIntegrationFaultCompound(t *testing.T) {
 
 // Partitions between the provisioner and the broker (both ways; one way: requests arrive,
 // replies are held) and between the provisioner and Temporal, each for FAULTS_PARTITION_CUT
-// (30 s) while a burst of hosts is being provisioned; a fresh burst for each.
+// (30 s) while a burst of hosts is being provisioned. Each partition has a stack, a burst and a
+// provisioner of its own, so the three run side by side: they spend their time waiting out the
+// cut and the recovery, not working.
 func TestIntegrationFaultPartitions(t *testing.T) {
 	began := time.Now()
 	hosts := envInt(t, "FAULTS_PARTITION_HOSTS", 60)
 	cut := envDuration(t, "FAULTS_PARTITION_CUT", 30*time.Second)
-	e := newEnv(t, envOptions{faults: true})
-	e.provisioner("replica-a")
 	for i, ph := range []struct {
 		name  string
-		proxy *faultproxy.Proxy
+		proxy func(*devstack.Stack) *faultproxy.Proxy
 		dir   faultproxy.Direction
 	}{
-		{"provisioner-broker cut both ways", e.stack.BrokerProxy, faultproxy.Both},
-		{"provisioner-broker cut one way (requests arrive, replies held)", e.stack.BrokerProxy, faultproxy.Downstream},
-		{"provisioner-Temporal cut both ways", e.stack.TemporalProxy, faultproxy.Both},
+		{"provisioner-broker cut both ways", func(s *devstack.Stack) *faultproxy.Proxy { return s.BrokerProxy }, faultproxy.Both},
+		{"provisioner-broker cut one way (requests arrive, replies held)", func(s *devstack.Stack) *faultproxy.Proxy { return s.BrokerProxy }, faultproxy.Downstream},
+		{"provisioner-Temporal cut both ways", func(s *devstack.Stack) *faultproxy.Proxy { return s.TemporalProxy }, faultproxy.Both},
 	} {
-		phase := time.Now()
-		prefix := fmt.Sprintf("cut%d-", i)
-		status := e.startFleetSimAs(prefix+"sim", hosts, "--prefix", prefix)
-		e.simWait(status, hosts/5, 3*time.Minute, "configured", configured)
-		heal, err := ph.proxy.Cut(ph.dir)
-		require.NoError(t, err)
-		atCut := simCount(status(), configured)
-		time.Sleep(cut)
-		require.NoError(t, heal())
-		healed := time.Now()
-		r := e.simOutcome(prefix, status, hosts, healed, 5*time.Minute)
-		r.log(t, fmt.Sprintf("%s for %v, cut with %d of %d configured (recovery from the heal)", ph.name, cut, atCut, hosts), time.Since(phase))
-		r.require(t)
+		t.Run(fmt.Sprintf("cut%d", i), func(t *testing.T) {
+			t.Parallel()
+			phase := time.Now()
+			e := newEnv(t, envOptions{faults: true})
+			e.provisioner("replica-a")
+			prefix := fmt.Sprintf("cut%d-", i)
+			status := e.startFleetSimAs(prefix+"sim", hosts, "--prefix", prefix)
+			e.simWait(status, hosts/5, 3*time.Minute, "configured", configured)
+			heal, err := ph.proxy(e.stack).Cut(ph.dir)
+			require.NoError(t, err)
+			atCut := simCount(status(), configured)
+			time.Sleep(cut)
+			require.NoError(t, heal())
+			healed := time.Now()
+			r := e.simOutcome(prefix, status, hosts, healed, 5*time.Minute)
+			r.log(t, fmt.Sprintf("%s for %v, cut with %d of %d configured (recovery from the heal)", ph.name, cut, atCut, hosts), time.Since(phase))
+			r.require(t)
+		})
 	}
-	t.Logf("partitions: test %v", time.Since(began).Round(time.Second))
+	t.Cleanup(func() { t.Logf("partitions: test %v", time.Since(began).Round(time.Second)) })
 }
 
 // Kill during restart: the simulator holds each restart reply 5 s after it scheduled the
