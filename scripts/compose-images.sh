@@ -49,38 +49,6 @@ context() {
   echo "$dir"
 }
 
-# 6. the project's own image, from its Dockerfile (the engine's layer cache makes an unchanged
-# tree a no-op). Its `go mod download` gets the modules from this machine's module cache, served
-# as a module proxy on loopback: this machine reaches the module proxy through a TLS-intercepting
-# egress proxy whose CA only the host trusts, and the cache holds exactly what the proxy served
-# (.ci/run's `go mod download`). It needs only debian:bookworm-slim and golang:1.26-bookworm, and
-# its compile is most of this script's time, so it is built while the other stand-ins are
-# (theirs is mostly waiting on the package mirror).
-project_image() {
-  local modcache port proxy_pid rc t0
-  modcache="$(go env GOMODCACHE)/cache/download"
-  go mod download # whatever the cache lacks, from the module proxy, as the host reaches it
-  # the same port each run when it is free: the GOPROXY build argument is part of the build cache key
-  port=${PROVISIONER_MODPROXY_PORT:-47521}
-  port_free "$port" || port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  python3 -m http.server --bind 127.0.0.1 --directory "$modcache" "$port" >"$work/modproxy.log" 2>&1 &
-  proxy_pid=$!
-  for _ in $(seq 1 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break; sleep 0.1; done
-  log "building choria-temporal-provisioner:local from ./Dockerfile"
-  t0=$SECONDS
-  rc=0
-  docker build --force-rm --network host --build-arg "GOPROXY=http://127.0.0.1:$port" --build-arg GOSUMDB=off \
-    -t choria-temporal-provisioner:local . >"$work/build-provisioner.log" 2>&1 || rc=$?
-  kill "$proxy_pid" 2>/dev/null || true
-  if [ "$rc" -ne 0 ]; then
-    tail -40 "$work/build-provisioner.log" >&2
-    echo "building the project's image failed (log: $work/build-provisioner.log)" >&2
-    return 1
-  fi
-  log "built choria-temporal-provisioner:local in $((SECONDS - t0)) s"
-}
-port_free() { python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $1))" 2>/dev/null; }
-
 # 1. debian:bookworm-slim: debootstrap's minbase, with the security and updates suites
 debian_inputs=$(printf 'minbase bookworm %s %s v1' "$MIRROR" "$SECURITY" | sha256sum | cut -c1-16)
 if [ "$(built_from debian:bookworm-slim)" != "$debian_inputs" ]; then
@@ -135,10 +103,6 @@ else
   log "golang:1.26-bookworm is up to date"
 fi
 
-project_image &
-project_pid=$!
-trap 'pkill -P $project_pid 2>/dev/null; kill $project_pid 2>/dev/null || true' EXIT
-
 # 4. PostgreSQL
 inputs=$(echo "$debian_id" | cat - docker/standins/postgres.Dockerfile docker/standins/postgres-entrypoint.sh | sha256sum | cut -c1-16)
 ctx=$(context postgres)
@@ -185,4 +149,24 @@ cp docker/standins/temporal-ui-start.sh "$ctx/"
 build temporalio/ui:2.42.1 docker/standins/temporal-ui.Dockerfile "$ctx" "$inputs"
 rm -rf "$work/ctx"
 
-wait "$project_pid" || exit 1
+# 6. the project's own image, from its Dockerfile (the engine's layer cache makes an unchanged
+# tree a no-op). Its `go mod download` gets the modules from this machine's module cache, served
+# as a module proxy on loopback: this machine reaches the module proxy through a TLS-intercepting
+# egress proxy whose CA only the host trusts, and the cache holds exactly what the proxy served
+# (.ci/run's `go mod download`).
+modcache="$(go env GOMODCACHE)/cache/download"
+go mod download # whatever the cache lacks, from the module proxy, as the host reaches it
+# the same port each run when it is free: the GOPROXY build argument is part of the build cache key
+port_free() { python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $1))" 2>/dev/null; }
+port=${PROVISIONER_MODPROXY_PORT:-47521}
+port_free "$port" || port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 -m http.server --bind 127.0.0.1 --directory "$modcache" "$port" >"$work/modproxy.log" 2>&1 &
+proxy_pid=$!
+trap 'kill $proxy_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break; sleep 0.1; done
+log "building choria-temporal-provisioner:local from ./Dockerfile"
+t0=$SECONDS
+docker build --force-rm --network host --build-arg "GOPROXY=http://127.0.0.1:$port" --build-arg GOSUMDB=off \
+  -t choria-temporal-provisioner:local . >"$work/build-provisioner.log" 2>&1 ||
+  { tail -40 "$work/build-provisioner.log" >&2; echo "building the project's image failed (log: $work/build-provisioner.log)" >&2; exit 1; }
+log "built choria-temporal-provisioner:local in $((SECONDS - t0)) s"
