@@ -21,8 +21,9 @@ LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PKG_DIR    ?= dist
 PKG_ARCH   ?= $(shell go env GOARCH)
 GO_TEST    ?= go test
-# -parallel 3: the partition scenarios (TestIntegrationFaultPartitions) wait out their cuts side
-# by side; go test's default is the number of cores, two on CI
+# -parallel 3: the integration tests that wait more than they work (the partition scenarios, the
+# operator tests: internal/integration/main_test.go) run three at a time; go test's default is
+# the number of cores, two on CI
 TEST_FLAGS ?= -count=1 -timeout 40m -parallel 3
 
 .PHONY: all deps build binaries tools package run test test-monitoring test-chart test-compose test-unit test-integration test-faults test-faults-scale test-faults-full test-faults-slow test-faults-postgres test-faults-disk test-soak lint compose-check bench bench-small-fleet clean

@@ -233,6 +233,7 @@ func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
 // and not yet done, work_queue_entries those waiting for a worker. With discovery running and no
 // worker anywhere, every host found waits in both; once a worker runs, both drain to 0.
 func TestIntegrationQueueGauges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 3})
 	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, "discovery-only.log"))
 	require.NoError(t, err)

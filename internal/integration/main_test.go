@@ -16,6 +16,11 @@ import (
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 )
 
+// A test that calls t.Parallel waits more than it works (a few servers, a helper held, a broker
+// away): such tests run side by side once the serial ones are done (make test: -parallel 3),
+// each on its own broker, fleet and task queue. A test that sets the environment (t.Setenv: the
+// provisioner reads PROVISIONER_*), restarts Temporal or measures CPU stays serial.
+
 // shared across the package: one Temporal server, one build of the binaries
 var (
 	temporalAddress string

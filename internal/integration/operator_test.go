@@ -90,6 +90,7 @@ func (e *env) setFlag(name string, on bool) {
 // Hosts fail while the helper's CA is down; operators see which and why, then recover all of
 // them with one command once it is back; reprovision takes a provisioned server through again.
 func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 4, helper: switchableHelper(t)})
 	e.setFlag("helper-broken", true)
 	svc := e.provisioner("replica-a")
@@ -169,6 +170,7 @@ func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
 
 // A fleet-wide pause starts no new hosts and holds running ones before their next step.
 func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
 	svc := e.provisioner("replica-a")
 	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members...)
@@ -227,6 +229,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 // A failed host is retried automatically when it is sighted again: the next sweep starts a new
 // run, which provisions it once the cause is gone.
 func TestIntegrationFailedHostRetriedOnNextSighting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
 	e.setFlag("helper-broken", true)
 	svc := e.provisioner("replica-a")
@@ -290,6 +293,7 @@ lines:
 // store: a run waiting for its first workflow task is listed (as a burst's hosts wait), one in
 // its helper is not (it may be past its restart: described, as before), a closed one is not.
 func TestIntegrationSweepListsTheRunsAtWork(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 1, helper: switchableHelper(t)})
 	ctx := context.Background()
 	svc := e.provisioner("replica-a")

@@ -140,6 +140,7 @@ func TestIntegrationJWTOnlyModeWithHelperKeyAndPolicies(t *testing.T) {
 // The helper's shutdown decision shuts that server down (it exits, no restart) and ends its
 // workflow as shutdown; the other server is provisioned.
 func TestIntegrationHelperShutdown(t *testing.T) {
+	t.Parallel()
 	var doomed string
 	e := newEnv(t, envOptions{servers: 2, helper: func(s *devstack.Stack) string {
 		doomed = s.Fleet.Identity(0)
@@ -162,6 +163,7 @@ func TestIntegrationHelperShutdown(t *testing.T) {
 // leaves, which is no sign that the server exited. The host ends failed, with the reason, not
 // shut down ("the server did not confirm" is kept for silence after a request that went out).
 func TestIntegrationShutdownOverDeadBrokerFails(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 1, extraConfig: "rpc_timeout: 2s\n", helper: func(s *devstack.Stack) string {
 		script := filepath.Join(s.Opts.Dir, "shutdown-helper.sh")
 		body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\nwhile [ ! -f %s/decide ]; do sleep 0.1; done\necho '{\"shutdown\":true,\"msg\":\"decommissioned\"}'\n", s.Opts.Dir)

@@ -43,6 +43,7 @@ func (e *env) temporalCLIWith(env []string, args ...string) string {
 // hosts by search attribute, describe one, read its status through the codec server, and
 // batch-reset every failed host once the helper works again.
 func TestIntegrationTemporalCLIForOperators(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 2, helper: switchableHelper(t)})
 	e.setFlag("helper-broken", true)
 	e.provisioner("replica-a")
