@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/faultproxy"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
 )
@@ -59,13 +58,13 @@ func TestIntegrationFaultPartitions(t *testing.T) {
 	hosts := envInt(t, "FAULTS_PARTITION_HOSTS", 60)
 	cut := envDuration(t, "FAULTS_PARTITION_CUT", 30*time.Second)
 	for i, ph := range []struct {
-		name  string
-		proxy func(*devstack.Stack) *faultproxy.Proxy
-		dir   faultproxy.Direction
+		name     string
+		temporal bool // the link to Temporal, else the one to the broker
+		dir      faultproxy.Direction
 	}{
-		{"provisioner-broker cut both ways", func(s *devstack.Stack) *faultproxy.Proxy { return s.BrokerProxy }, faultproxy.Both},
-		{"provisioner-broker cut one way (requests arrive, replies held)", func(s *devstack.Stack) *faultproxy.Proxy { return s.BrokerProxy }, faultproxy.Downstream},
-		{"provisioner-Temporal cut both ways", func(s *devstack.Stack) *faultproxy.Proxy { return s.TemporalProxy }, faultproxy.Both},
+		{"provisioner-broker cut both ways", false, faultproxy.Both},
+		{"provisioner-broker cut one way (requests arrive, replies held)", false, faultproxy.Downstream},
+		{"provisioner-Temporal cut both ways", true, faultproxy.Both},
 	} {
 		t.Run(fmt.Sprintf("cut%d", i), func(t *testing.T) {
 			t.Parallel()
@@ -75,7 +74,11 @@ func TestIntegrationFaultPartitions(t *testing.T) {
 			prefix := fmt.Sprintf("cut%d-", i)
 			status := e.startFleetSimAs(prefix+"sim", hosts, "--prefix", prefix)
 			e.simWait(status, hosts/5, 3*time.Minute, "configured", configured)
-			heal, err := ph.proxy(e.stack).Cut(ph.dir)
+			proxy := e.stack.BrokerProxy
+			if ph.temporal {
+				proxy = e.stack.TemporalProxy
+			}
+			heal, err := proxy.Cut(ph.dir)
 			require.NoError(t, err)
 			atCut := simCount(status(), configured)
 			time.Sleep(cut)
