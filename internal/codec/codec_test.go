@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -188,6 +189,35 @@ func TestDevTrustOriginsRefusesNonLoopbackListeners(t *testing.T) {
 	}
 	_, err = Serve(t.Context(), "127.0.0.1:0", c, ServerOptions{Token: "s3cret-token-0123456789", DevTrustOrigins: true})
 	require.Error(t, err, "the switch needs the origins it trusts")
+
+	// a listener bound beforehand is held to the same rule, and closed when refused (a stand-in
+	// that says it is bound to all interfaces: the test binds nothing but loopback)
+	wide := &addrListener{Listener: mustListen(t), addr: &net.TCPAddr{IP: net.IPv4zero, Port: 8081}}
+	_, err = ServeListener(t.Context(), wide, c, o)
+	require.ErrorIs(t, err, ErrNotLoopback)
+	_, err = wide.Accept()
+	require.ErrorIs(t, err, net.ErrClosed, "a refused listener is closed")
+	addr, err := ServeListener(t.Context(), mustListen(t), c, o)
+	require.NoError(t, err)
+	resp, err := http.Get("http://" + addr + "/decode")
+	require.NoError(t, err, "the held listener serves")
+	resp.Body.Close()
+}
+
+// addrListener reports another address than the one it is bound to.
+type addrListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l *addrListener) Addr() net.Addr { return l.addr }
+
+func mustListen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 // With ServerOptions.TLS the codec server speaks HTTPS only, with the token still required.

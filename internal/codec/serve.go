@@ -44,15 +44,24 @@ func Serve(ctx context.Context, addr string, cd *Codec, o ServerOptions) (string
 		if err := checkLoopback(addr); err != nil {
 			return "", err
 		}
-		if len(o.Origins) == 0 {
-			return "", errors.New("serving Web UI origins without a token needs the origins (--cors-origin)")
-		}
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}
+	return ServeListener(ctx, l, cd, o)
+}
+
+// ServeListener serves on l, which it closes when ctx ends, and returns its address: for a
+// caller that must hand the address to another process (a Web UI started with the codec
+// endpoint) before it can build the server, and so binds first rather than pick a port that
+// anything may take in between. With DevTrustOrigins, l must be bound to a loopback address.
+func ServeListener(ctx context.Context, l net.Listener, cd *Codec, o ServerOptions) (string, error) {
 	if o.DevTrustOrigins {
+		if len(o.Origins) == 0 {
+			l.Close()
+			return "", errors.New("serving Web UI origins without a token needs the origins (--cors-origin)")
+		}
 		if ta, ok := l.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 			l.Close()
 			return "", fmt.Errorf("%w: bound %s", ErrNotLoopback, l.Addr())

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -170,15 +171,18 @@ func TestIntegrationWebUIFastModeHost(t *testing.T) {
 // the dev stack wires it (the UI's origin trusted without a token).
 func newUIEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	codecPort, err := devstack.FreePort()
+	// bound now and held: a port only probed here could be taken by the stack's own processes
+	// before the codec server binds it
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	o.ownTemporalWithUI, o.uiCodecEndpoint = true, fmt.Sprintf("http://127.0.0.1:%d", codecPort)
+	t.Cleanup(func() { _ = l.Close() })
+	o.ownTemporalWithUI, o.uiCodecEndpoint = true, "http://"+l.Addr().String()
 	e := newEnv(t, o)
 	_, cd, err := service.DataConverter(e.cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	_, err = codec.Serve(ctx, fmt.Sprintf("127.0.0.1:%d", codecPort), cd, codec.ServerOptions{
+	_, err = codec.ServeListener(ctx, l, cd, codec.ServerOptions{
 		Token: codec.NewKey(), Origins: []string{e.stack.UIURL()}, DevTrustOrigins: true})
 	require.NoError(t, err)
 	return e
