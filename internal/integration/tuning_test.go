@@ -90,12 +90,14 @@ func provisionSim(t *testing.T, prefix string, tune func(*config.Temporal)) (*en
 // from their histories at their next tasks, and every host is still provisioned once, by one
 // run. Its own process: the SDK sizes one cache per process, at its first worker.
 func TestIntegrationWorkflowCacheEvictionsReplay(t *testing.T) {
-	port, err := devstack.FreePort()
-	require.NoError(t, err)
 	// the provisioner process reads these
 	t.Setenv("PROVISIONER_TEMPORAL__WORKFLOW_CACHE_SIZE", "1")
-	t.Setenv("PROVISIONER_MONITOR_PORT", strconv.Itoa(port))
 	e := newEnv(t, envOptions{servers: 6})
+	// probed once the stack is up, just before the provisioner binds it: the stack's own
+	// processes could take a port probed before they started
+	port, err := devstack.FreePort()
+	require.NoError(t, err)
+	t.Setenv("PROVISIONER_MONITOR_PORT", strconv.Itoa(port))
 	started := time.Now()
 	e.processProvisioner("replica-a")
 	e.waitProvisioned(90*time.Second, e.stack.Fleet.Members...)
