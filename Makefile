@@ -171,9 +171,9 @@ test-faults-postgres: deps tools
 test-faults-disk: deps tools
 	FAULTS_DISK=1 FAULTS_DISK_HOSTS=$(or $(DISK_HOSTS),500) FAULTS_DISK_FULL=$(or $(DISK_FULL),30s) $(GO_TEST) $(TEST_FLAGS) -v -run 'IntegrationFaultDiskFull$$' ./internal/integration/ 2>&1 | $(FAULTS_GREP)
 
-## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m) (SOAK_ONLY: those whose names contain it); RSS and goroutine slopes
+## test-soak: 5 hosts/s for SOAK (60m) with a fault every SOAK_EVERY (5m) (SOAK_ONLY: those whose names contain it; SOAK_SHAPE=postgres: the production shape); RSS and goroutine slopes
 test-soak: deps tools
-	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(if $(SOAK_ONLY),FAULTS_SOAK_ONLY='$(SOAK_ONLY)') $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series|goroutines)|latest run failed|times; run |Error|Messages'
+	FAULTS_SOAK=$(or $(SOAK),60m) $(if $(SOAK_EVERY),FAULTS_SOAK_EVERY=$(SOAK_EVERY)) $(if $(SOAK_ONLY),FAULTS_SOAK_ONLY='$(SOAK_ONLY)') $(if $(SOAK_SHAPE),FAULTS_SOAK_SHAPE=$(SOAK_SHAPE)) $(GO_TEST) -count=1 -timeout 3h -v -run 'IntegrationFaultSoak$$' ./internal/integration/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FAULT|soak (\+|series|goroutines)|latest run failed|times; run |Error|Messages'
 
 ## compose-check: docker-compose.yaml must parse (Debian's docker-compose needs no engine for this)
 compose-check:

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,6 +26,9 @@ import (
 // broker restart, Temporal restart, and 30 s partitions to the broker (both ways, replies only)
 // and to Temporal (FAULTS_SOAK_ONLY: only the faults whose names contain it). One provisioner process is never killed: its RSS and goroutines are sampled
 // every 15 s and their slope reported, with Temporal's and the broker's memory.
+// FAULTS_SOAK_SHAPE=postgres soaks the production shape instead (make test-soak SOAK_SHAPE=postgres):
+// a Temporal server on PostgreSQL, restarted as a package upgrade would, and PostgreSQL
+// restarted in the turn too.
 func TestIntegrationFaultSoak(t *testing.T) {
 	d := envDuration(t, "FAULTS_SOAK", 0)
 	if d == 0 {
@@ -33,7 +37,14 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	every := envDuration(t, "FAULTS_SOAK_EVERY", min(5*time.Minute, d/5))
 	const rate = 5
 	hosts := int(rate * d.Seconds())
-	e := newEnv(t, envOptions{ownTemporal: true, persist: true, faults: true})
+	temporal := soakTemporalDev()
+	if shape := os.Getenv("FAULTS_SOAK_SHAPE"); shape == "postgres" {
+		temporal = soakTemporalSQL(t)
+	} else {
+		require.Empty(t, shape, "FAULTS_SOAK_SHAPE is postgres or unset")
+	}
+	e := newEnv(t, temporal.env)
+	temporal.stack = e.stack
 	port, err := devstack.FreePort()
 	require.NoError(t, err)
 	steady := e.processProvisioner("steady", fmt.Sprintf("PROVISIONER_MONITOR_PORT=%d", port), "PROVISIONER_MONITOR_ADDRESS=127.0.0.1",
@@ -61,10 +72,16 @@ func TestIntegrationFaultSoak(t *testing.T) {
 			return err
 		}},
 		{"broker restart (2 s down)", func() error { return e.stack.RestartBroker(2 * time.Second) }},
-		{"Temporal restart (2 s down)", func() error { return e.stack.RestartTemporal(t.Context(), 2*time.Second) }},
+		{temporal.name + " restart (2 s down)", func() error { return temporal.restart(t.Context(), 2*time.Second) }},
 		{"provisioner-broker cut both ways 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Both) }},
 		{"provisioner-Temporal cut both ways 30 s", func() error { return cut(e.stack.TemporalProxy, faultproxy.Both) }},
 		{"provisioner-broker replies held 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Downstream) }},
+	}
+	if temporal.sql != nil {
+		faults = append(faults, struct {
+			name string
+			do   func() error
+		}{"PostgreSQL restart (2 s down)", func() error { return temporal.sql.Postgres.Restart(t.Context(), 2*time.Second) }})
 	}
 	if only := os.Getenv("FAULTS_SOAK_ONLY"); only != "" {
 		// one kind of fault, to reproduce what a full soak found (make test-soak SOAK_ONLY=Temporal-cut)
@@ -81,7 +98,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	var early map[string]int // the steady provisioner's goroutines by stack, after warm-up
 	next, n := start.Add(every), 0
 	for tick := time.NewTicker(15 * time.Second); time.Since(start) < d; <-tick.C {
-		samples = append(samples, e.soakSample(start, port, steady.Process.Pid))
+		samples = append(samples, e.soakSample(start, port, steady.Process.Pid, temporal.pid()))
 		if early == nil && time.Since(start) >= d/10 {
 			early = goroutineStacks(port)
 		}
@@ -94,11 +111,44 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	}
 	arrived := time.Now()
 	r := e.simOutcome("soak-", status, hosts, arrived, 15*time.Minute)
-	r.log(t, fmt.Sprintf("soak %v at %d hosts/s with %d faults (one every %v)", d, rate, n, every), time.Since(start))
+	r.log(t, fmt.Sprintf("soak %v at %d hosts/s with %d faults (one every %v), %s", d, rate, n, every, temporal.name), time.Since(start))
 	t.Logf("FAULT soak: the last host done %v after the last arrival; latency %s", r.recovered.Round(100*time.Millisecond), simLatency(status()))
-	logSlopes(t, samples, d/10)
+	logSlopes(t, samples, d/10, temporal.name)
 	logGrowth(t, early, goroutineStacks(port))
 	r.require(t)
+}
+
+// soakTemporal is the Temporal a soak runs on, and how its faults restart it.
+type soakTemporal struct {
+	name  string
+	env   envOptions
+	sql   *devstack.SQLTemporal // the production shape; nil: the stack's own dev server
+	stack *devstack.Stack
+}
+
+// soakTemporalDev: the stack's own dev server on a SQLite file, so that it survives a restart.
+func soakTemporalDev() *soakTemporal {
+	return &soakTemporal{name: "Temporal dev server", env: envOptions{ownTemporal: true, persist: true, faults: true}}
+}
+
+// soakTemporalSQL: the production shape (docs/deployment.md), a Temporal server on PostgreSQL.
+func soakTemporalSQL(t *testing.T) *soakTemporal {
+	srv := startSQLTemporal(t)
+	return &soakTemporal{name: "Temporal server on PostgreSQL", env: envOptions{temporalAddress: srv.Address, faults: true}, sql: srv}
+}
+
+func (s *soakTemporal) restart(ctx context.Context, down time.Duration) error {
+	if s.sql != nil {
+		return s.sql.Restart(ctx, down)
+	}
+	return s.stack.RestartTemporal(ctx, down)
+}
+
+func (s *soakTemporal) pid() int {
+	if s.sql != nil {
+		return s.sql.PID()
+	}
+	return s.stack.Temporal.PID()
 }
 
 // soakSample is one reading of the processes' memory and the steady provisioner's goroutines.
@@ -108,11 +158,9 @@ type soakSample struct {
 	temporalMiB, testProcessMiB float64
 }
 
-func (e *env) soakSample(start time.Time, port, pid int) soakSample {
-	s := soakSample{at: time.Since(start), provisionerMiB: procstat.RSSMiB(pid), testProcessMiB: procstat.RSSMiB(os.Getpid())}
-	if e.stack.Temporal != nil {
-		s.temporalMiB = procstat.RSSMiB(e.stack.Temporal.PID())
-	}
+func (e *env) soakSample(start time.Time, port, pid, temporalPID int) soakSample {
+	s := soakSample{at: time.Since(start), provisionerMiB: procstat.RSSMiB(pid), testProcessMiB: procstat.RSSMiB(os.Getpid()),
+		temporalMiB: procstat.RSSMiB(temporalPID)}
 	s.goroutines = scrapeValue(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), "go_goroutines")
 	return s
 }
@@ -136,7 +184,7 @@ func scrapeValue(url, name string) float64 {
 }
 
 // logSlopes reports each series' least-squares slope per hour after warm-up, with its range.
-func logSlopes(t *testing.T, samples []soakSample, warmup time.Duration) {
+func logSlopes(t *testing.T, samples []soakSample, warmup time.Duration, temporalName string) {
 	t.Helper()
 	var kept []soakSample
 	for _, s := range samples {
@@ -150,7 +198,7 @@ func logSlopes(t *testing.T, samples []soakSample, warmup time.Duration) {
 	}{
 		{"provisioner (never killed) RSS", "MiB", func(s soakSample) float64 { return s.provisionerMiB }},
 		{"provisioner (never killed) goroutines", "", func(s soakSample) float64 { return s.goroutines }},
-		{"Temporal dev server RSS", "MiB", func(s soakSample) float64 { return s.temporalMiB }},
+		{temporalName + " RSS", "MiB", func(s soakSample) float64 { return s.temporalMiB }},
 		{"broker (the test process: broker, fault proxy, test client) RSS", "MiB", func(s soakSample) float64 { return s.testProcessMiB }},
 	} {
 		if len(kept) < 2 {

@@ -349,7 +349,8 @@ func StartSQLTemporal(ctx context.Context, o SQLTemporalOptions) (*SQLTemporal, 
 
 func (s *SQLTemporal) start(ctx context.Context) error {
 	var err error
-	if s.log, err = os.Create(filepath.Join(s.Opts.Dir, "temporal-server.log")); err != nil {
+	// appended to: a restarted server's log follows the one before it
+	if s.log, err = os.OpenFile(filepath.Join(s.Opts.Dir, "temporal-server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return err
 	}
 	out := io.MultiWriter(s.log, s.Opts.Output)
@@ -380,6 +381,17 @@ func (s *SQLTemporal) start(ctx context.Context) error {
 			return fmt.Errorf("temporal-server frontend %s did not listen in 90s: see %s", s.Address, s.log.Name())
 		}
 	}
+}
+
+// Restart stops the server as Stop does, waits down, and starts it again on the same ports and
+// databases (fault tests: a server restarted for maintenance or a package upgrade).
+func (s *SQLTemporal) Restart(ctx context.Context, down time.Duration) error {
+	stopProcess(s.cmd, s.done, syscall.SIGTERM, 15*time.Second)
+	if s.log != nil {
+		s.log.Close()
+	}
+	time.Sleep(down)
+	return s.start(ctx)
 }
 
 // Stop stops the server (SIGTERM, SIGKILL after 15 s), then PostgreSQL.
