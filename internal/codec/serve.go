@@ -41,6 +41,10 @@ func ReadToken(file string) (string, error) {
 // address must be a loopback one (127.0.0.0/8, ::1 or localhost), checked before and after binding.
 func Serve(ctx context.Context, addr string, cd *Codec, o ServerOptions) (string, error) {
 	if o.DevTrustOrigins {
+		// refused before anything is bound: a refused server must not hold its port meanwhile
+		if err := checkOrigins(o); err != nil {
+			return "", err
+		}
 		if err := checkLoopback(addr); err != nil {
 			return "", err
 		}
@@ -58,9 +62,9 @@ func Serve(ctx context.Context, addr string, cd *Codec, o ServerOptions) (string
 // anything may take in between. With DevTrustOrigins, l must be bound to a loopback address.
 func ServeListener(ctx context.Context, l net.Listener, cd *Codec, o ServerOptions) (string, error) {
 	if o.DevTrustOrigins {
-		if len(o.Origins) == 0 {
+		if err := checkOrigins(o); err != nil {
 			l.Close()
-			return "", errors.New("serving Web UI origins without a token needs the origins (--cors-origin)")
+			return "", err
 		}
 		if ta, ok := l.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
 			l.Close()
@@ -74,6 +78,13 @@ func ServeListener(ctx context.Context, l net.Listener, cd *Codec, o ServerOptio
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	go func() { _ = srv.Serve(l) }()
 	return l.Addr().String(), nil
+}
+
+func checkOrigins(o ServerOptions) error {
+	if len(o.Origins) == 0 {
+		return errors.New("serving Web UI origins without a token needs the origins (--cors-origin)")
+	}
+	return nil
 }
 
 func checkLoopback(addr string) error {
