@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/testnet"
 	"github.com/choria-temporal/provisioner/internal/testpki"
 )
 
@@ -35,25 +36,15 @@ func tlsServer(t *testing.T, pki *testpki.PKI) (string, <-chan string) {
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert,
 		ClientCAs: pki.Pool(), MinVersion: tls.VersionTLS12})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
 	names := make(chan string, 10)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				tc := c.(*tls.Conn)
-				if tc.Handshake() != nil {
-					return
-				}
-				names <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
-				_, _ = c.Write([]byte{1})
-			}()
+	testnet.Serve(t, l, func(c net.Conn) {
+		tc := c.(*tls.Conn)
+		if tc.Handshake() != nil {
+			return
 		}
-	}()
+		names <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+		_, _ = c.Write([]byte{1})
+	})
 	return l.Addr().String(), names
 }
 
@@ -209,17 +200,7 @@ func TestServerCertificateReloadedWhenFilesChange(t *testing.T) {
 	require.NoError(t, err)
 	l, err := tls.Listen("tcp", "127.0.0.1:0", tc)
 	require.NoError(t, err)
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).Handshake()
-			c.Close()
-		}
-	}()
+	testnet.Serve(t, l, func(c net.Conn) { _ = c.(*tls.Conn).Handshake() })
 	served := func() string {
 		c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pki.Pool(), ServerName: "localhost"})
 		require.NoError(t, err)

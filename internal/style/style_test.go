@@ -25,7 +25,7 @@ func product(path string) bool {
 	if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 		return false
 	}
-	for _, skip := range []string{"internal/dev/", "internal/integration/", "internal/testpki/", "cmd/choria-provisioner-dev/", "tools/", "docs/"} {
+	for _, skip := range []string{"internal/dev/", "internal/integration/", "internal/testpki/", "internal/testnet/", "cmd/choria-provisioner-dev/", "tools/", "docs/"} {
 		if strings.HasPrefix(path, skip) {
 			return false
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/choria-temporal/provisioner/internal/testnet"
 )
 
 // echoServer answers every line with the same line and counts the lines it received.
@@ -15,30 +17,20 @@ func echoServer(t *testing.T) (string, *atomic.Int64) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
 	var got atomic.Int64
-	go func() {
+	testnet.Serve(t, l, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := l.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					got.Add(1)
-					if _, err := c.Write([]byte(line)); err != nil {
-						return
-					}
-				}
-			}()
+			got.Add(1)
+			if _, err := c.Write([]byte(line)); err != nil {
+				return
+			}
 		}
-	}()
+	})
 	return l.Addr().String(), &got
 }
 
