@@ -72,7 +72,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 			return err
 		}},
 		{"broker restart (2 s down)", func() error { return e.stack.RestartBroker(2 * time.Second) }},
-		{temporal.name + " restart (2 s down)", func() error { return temporal.restart(t.Context(), 2*time.Second) }},
+		{"Temporal restart (2 s down)", func() error { return temporal.restart(t.Context(), 2*time.Second) }},
 		{"provisioner-broker cut both ways 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Both) }},
 		{"provisioner-Temporal cut both ways 30 s", func() error { return cut(e.stack.TemporalProxy, faultproxy.Both) }},
 		{"provisioner-broker replies held 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Downstream) }},
