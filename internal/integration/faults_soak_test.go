@@ -96,6 +96,8 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	}
 	var samples []soakSample
 	var early map[string]int // the steady provisioner's goroutines by stack, after warm-up
+	// each fault opens a window; the hosts announced in it show what that fault cost them
+	windows := []soakWindow{{at: start, fault: "before the first fault"}}
 	next, n := start.Add(every), 0
 	for tick := time.NewTicker(15 * time.Second); time.Since(start) < d; <-tick.C {
 		samples = append(samples, e.soakSample(start, port, steady.Process.Pid, temporal.pid()))
@@ -106,13 +108,24 @@ func TestIntegrationFaultSoak(t *testing.T) {
 			f := faults[n%len(faults)]
 			require.NoError(t, f.do(), f.name)
 			t.Logf("soak +%v: %s (%s)", time.Since(start).Round(time.Second), f.name, simSummary(status()))
+			windows = append(windows, soakWindow{at: time.Now(), fault: f.name})
 			next, n = next.Add(every), n+1
 		}
 	}
 	arrived := time.Now()
 	r := e.simOutcome("soak-", status, hosts, arrived, 15*time.Minute)
 	r.log(t, fmt.Sprintf("soak %v at %d hosts/s with %d faults (one every %v), %s", d, rate, n, every, temporal.name), time.Since(start))
-	t.Logf("FAULT soak: the last host done %v after the last arrival; latency %s", r.recovered.Round(100*time.Millisecond), simLatency(status()))
+	final := status()
+	t.Logf("FAULT soak: the last host done %v after the last arrival; latency %s", r.recovered.Round(100*time.Millisecond), simLatency(final))
+	for i, w := range windows {
+		to := arrived
+		if i+1 < len(windows) {
+			to = windows[i+1].at
+		}
+		d := latencies(final, w.at, to)
+		t.Logf("FAULT soak: announced +%v to +%v, %s: %d hosts, latency %s", w.at.Sub(start).Round(time.Second), to.Sub(start).Round(time.Second), w.fault,
+			len(d), percentiles(d))
+	}
 	logSlopes(t, samples, d/10, temporal.name)
 	logGrowth(t, early, goroutineStacks(port))
 	r.require(t)
@@ -226,14 +239,30 @@ func logSlopes(t *testing.T, samples []soakSample, warmup time.Duration, tempora
 	}
 }
 
+// soakWindow is a stretch of a soak that a fault opened.
+type soakWindow struct {
+	at    time.Time
+	fault string
+}
+
 // simLatency is p50/p95/p99 of the hosts' announce-to-restart times.
 func simLatency(st fleetsim.Status) string {
+	return percentiles(latencies(st, time.Time{}, time.Now()))
+}
+
+// latencies are the announce-to-restart times of the restarted hosts announced in [from, to).
+func latencies(st fleetsim.Status, from, to time.Time) []time.Duration {
 	var d []time.Duration
 	for _, h := range st.Hosts {
-		if h.Restarted && !h.AnnouncedAt.IsZero() {
+		if h.Restarted && !h.AnnouncedAt.IsZero() && !h.AnnouncedAt.Before(from) && h.AnnouncedAt.Before(to) {
 			d = append(d, h.RestartedAt.Sub(h.AnnouncedAt))
 		}
 	}
+	return d
+}
+
+// percentiles is p50/p95/p99 and the maximum of d, which it sorts.
+func percentiles(d []time.Duration) string {
 	if len(d) == 0 {
 		return "none"
 	}
