@@ -61,10 +61,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 		return err
 	}
 	kills := 0
-	faults := []struct {
-		name string
-		do   func() error
-	}{
+	faults := []soakFault{
 		{"kill -9 of a worker", func() error {
 			kills++
 			err := syscall.Kill(-victim.Process.Pid, syscall.SIGKILL)
@@ -78,10 +75,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 		{"provisioner-broker replies held 30 s", func() error { return cut(e.stack.BrokerProxy, faultproxy.Downstream) }},
 	}
 	if temporal.sql != nil {
-		faults = append(faults, struct {
-			name string
-			do   func() error
-		}{"PostgreSQL restart (2 s down)", func() error { return temporal.sql.Postgres.Restart(t.Context(), 2*time.Second) }})
+		faults = append(faults, soakFault{"PostgreSQL restart (2 s down)", func() error { return temporal.sql.Postgres.Restart(t.Context(), 2*time.Second) }})
 	}
 	if only := os.Getenv("FAULTS_SOAK_ONLY"); only != "" {
 		// one kind of fault, to reproduce what a full soak found (make test-soak SOAK_ONLY=Temporal-cut)
@@ -100,7 +94,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	windows := []soakWindow{{at: start, fault: "before the first fault"}}
 	next, n := start.Add(every), 0
 	for tick := time.NewTicker(15 * time.Second); time.Since(start) < d; <-tick.C {
-		samples = append(samples, e.soakSample(start, port, steady.Process.Pid, temporal.pid()))
+		samples = append(samples, takeSoakSample(start, port, steady.Process.Pid, temporal.pid()))
 		if early == nil && time.Since(start) >= d/10 {
 			early = goroutineStacks(port)
 		}
@@ -122,13 +116,19 @@ func TestIntegrationFaultSoak(t *testing.T) {
 		if i+1 < len(windows) {
 			to = windows[i+1].at
 		}
-		d := latencies(final, w.at, to)
+		lat := latencies(final, w.at, to)
 		t.Logf("FAULT soak: announced +%v to +%v, %s: %d hosts, latency %s", w.at.Sub(start).Round(time.Second), to.Sub(start).Round(time.Second), w.fault,
-			len(d), percentiles(d))
+			len(lat), percentiles(lat))
 	}
 	logSlopes(t, samples, d/10, temporal.name)
 	logGrowth(t, early, goroutineStacks(port))
 	r.require(t)
+}
+
+// soakFault is one fault of a soak's turn.
+type soakFault struct {
+	name string
+	do   func() error
 }
 
 // soakTemporal is the Temporal a soak runs on, and how its faults restart it.
@@ -171,7 +171,7 @@ type soakSample struct {
 	temporalMiB, testProcessMiB float64
 }
 
-func (e *env) soakSample(start time.Time, port, pid, temporalPID int) soakSample {
+func takeSoakSample(start time.Time, port, pid, temporalPID int) soakSample {
 	s := soakSample{at: time.Since(start), provisionerMiB: procstat.RSSMiB(pid), testProcessMiB: procstat.RSSMiB(os.Getpid()),
 		temporalMiB: procstat.RSSMiB(temporalPID)}
 	s.goroutines = scrapeValue(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), "go_goroutines")

@@ -386,21 +386,22 @@ func (s *SQLTemporal) start(ctx context.Context) error {
 // Restart stops the server as Stop does, waits down, and starts it again on the same ports and
 // databases (fault tests: a server restarted for maintenance or a package upgrade).
 func (s *SQLTemporal) Restart(ctx context.Context, down time.Duration) error {
-	stopProcess(s.cmd, s.done, syscall.SIGTERM, 15*time.Second)
-	if s.log != nil {
-		s.log.Close()
-	}
+	s.stopServer()
 	time.Sleep(down)
 	return s.start(ctx)
 }
 
-// Stop stops the server (SIGTERM, SIGKILL after 15 s), then PostgreSQL.
-func (s *SQLTemporal) Stop() {
+func (s *SQLTemporal) stopServer() {
 	stopProcess(s.cmd, s.done, syscall.SIGTERM, 15*time.Second)
-	s.cmd = nil
 	if s.log != nil {
 		s.log.Close()
 	}
+}
+
+// Stop stops the server (SIGTERM, SIGKILL after 15 s), then PostgreSQL.
+func (s *SQLTemporal) Stop() {
+	s.stopServer()
+	s.cmd = nil
 	if s.Postgres != nil {
 		s.Postgres.Stop()
 	}
