@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,13 +162,11 @@ func TestComposeStack(t *testing.T) {
 	}
 
 	// /metrics on the published port counts them
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%s/metrics", metricsPort))
+	port, err := strconv.Atoi(metricsPort)
 	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	x, err := scrape(port)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, 3.0, metricValue(t, string(body), `choria_provisioner_provisioned{site="dev"}`), "provisioned counter")
+	require.Equal(t, []float64{3}, x.values("choria_provisioner_provisioned", "site", "dev"), "provisioned counter")
 
 	// the Web UI on its published port, decoding a host through the codec server
 	shots := dir
@@ -193,21 +192,4 @@ func mustOut(t *testing.T, f func(...string) (string, error), args ...string) st
 	out, err := f(args...)
 	require.NoError(t, err, out)
 	return out
-}
-
-// metricValue reads one series of a Prometheus text exposition.
-func metricValue(t *testing.T, exposition, series string) float64 {
-	t.Helper()
-	sc := bufio.NewScanner(strings.NewReader(exposition))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			var v float64
-			_, err := fmt.Sscan(rest, &v)
-			require.NoError(t, err)
-			return v
-		}
-	}
-	require.Failf(t, "metric missing", "%s is not in /metrics", series)
-	return 0
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -180,30 +177,18 @@ func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(conf), 0o600))
 	pid := filepath.Join(e.stack.Opts.Dir, "provisioner.pid")
 
-	cmd := exec.Command(selfBinary, "--debug", "run", "--config", file, "--choria-config", e.stack.ClientConfig, "--pid", pid)
-	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, "cli.out"))
-	require.NoError(t, err)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, "cli.log"))
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); out.Close() })
+	cli := e.spawn("cli", selfBinary, []string{"--debug", "run", "--config", file, "--choria-config", e.stack.ClientConfig, "--pid", pid},
+		"PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, "cli.log"))
 
-	scrape := func() string {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-		if err != nil {
-			return ""
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
+	var first exposition
+	require.Eventually(t, func() bool { first, err = scrape(port); return err == nil }, 30*time.Second, 50*time.Millisecond, "/metrics")
+	for _, name := range []string{"choria_provisioner_discovered", "choria_provisioner_provisioned", "choria_provisioner_waiting_nodes",
+		"choria_provisioner_work_queue_entries", "choria_provisioner_paused"} {
+		require.Len(t, first.values(name, "site", "dev"), 1, name)
 	}
-	var first string
-	require.Eventually(t, func() bool { first = scrape(); return first != "" }, 30*time.Second, 50*time.Millisecond, "/metrics")
-	for _, s := range []string{`choria_provisioner_discovered{site="dev"}`, `choria_provisioner_provisioned{site="dev"}`,
-		`choria_provisioner_waiting_nodes{site="dev"}`, `choria_provisioner_work_queue_entries{site="dev"}`, `choria_provisioner_paused{site="dev"} 0`,
-		"go_goroutines", "process_resident_memory_bytes"} {
-		require.Contains(t, first, s)
-	}
+	require.Equal(t, []float64{0}, first.values("choria_provisioner_paused", "site", "dev"))
+	require.Contains(t, first, "go_goroutines")
+	require.Contains(t, first, "process_resident_memory_bytes")
 	bound := listening(t, port)
 	require.NotEmpty(t, bound)
 	for _, a := range bound {
@@ -216,14 +201,21 @@ func TestIntegrationChoriaProvisionerCommandLine(t *testing.T) {
 	}
 	p, err := os.ReadFile(pid)
 	require.NoError(t, err)
-	require.Equal(t, strconv.Itoa(cmd.Process.Pid), string(p))
-	m := scrape()
-	require.Contains(t, m, `choria_provisioner_provisioned{site="dev"} 2`)
-	require.Contains(t, m, "choria_connector_")
+	require.Equal(t, strconv.Itoa(cli.pid()), string(p))
+	m, err := scrape(port)
+	require.NoError(t, err)
+	require.Equal(t, []float64{2}, m.values("choria_provisioner_provisioned", "site", "dev"))
+	connector := 0
+	for name := range m {
+		if strings.HasPrefix(name, "choria_connector_") {
+			connector++
+		}
+	}
+	require.Positive(t, connector, "the go-choria connector's series")
 	// the signer's expiry, read from jwt_signing_token, for the expiring-signer alert
 	exp, err := service.SignerExpiry(e.stack.Creds.ProvisionerJWT)
 	require.NoError(t, err)
-	require.Contains(t, m, fmt.Sprintf(`choria_provisioner_signer_expiry_timestamp_seconds{site="dev"} %g`, float64(exp.Unix())))
+	require.Equal(t, []float64{float64(exp.Unix())}, m.values("choria_provisioner_signer_expiry_timestamp_seconds", "site", "dev"))
 	log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "cli.log"))
 	require.NoError(t, err)
 	require.Contains(t, string(log), `"level":"debug"`, "--debug before the command")

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestIntegrationFaultCompound(t *testing.T) {
 	e.simWait(status, hosts/10, 5*time.Minute, "configured", configured)
 
 	first := time.Now()
-	require.NoError(t, syscall.Kill(-a.Process.Pid, syscall.SIGKILL))
+	require.NoError(t, a.kill())
 	atKill := simCount(status(), configured)
 	sleepUntil(first.Add(5 * time.Second))
 	require.NoError(t, e.stack.RestartBroker(2*time.Second))
@@ -139,7 +138,7 @@ func (e *env) killInWindow(status func() fleetsim.Status, hosts int, what string
 	a := e.processProvisioner("replica-a")
 	e.processProvisioner("replica-b")
 	e.simWait(status, max(10, hosts/10), 5*time.Minute, what, in)
-	require.NoError(e.t, syscall.Kill(-a.Process.Pid, syscall.SIGKILL))
+	require.NoError(e.t, a.kill())
 	killed := time.Now()
 	inWindow := simCount(status(), in)
 	e.processProvisioner("replica-a-again")

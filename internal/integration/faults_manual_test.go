@@ -104,7 +104,7 @@ func TestIntegrationFaultScaleKillWorker(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return simCount(status(), func(h fleetsim.HostState) bool { return h.Configured }) >= hosts/10
 	}, 120*time.Second, 200*time.Millisecond)
-	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
+	require.NoError(t, first.kill())
 	killed := time.Now()
 	e.processProvisioner("replica-b")
 

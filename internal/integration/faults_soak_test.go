@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,7 +63,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	faults := []soakFault{
 		{"kill -9 of a worker", func() error {
 			kills++
-			err := syscall.Kill(-victim.Process.Pid, syscall.SIGKILL)
+			err := victim.kill()
 			victim = e.processProvisioner(fmt.Sprintf("victim-%d", kills))
 			return err
 		}},
@@ -94,7 +93,7 @@ func TestIntegrationFaultSoak(t *testing.T) {
 	windows := []soakWindow{{at: start, fault: "before the first fault"}}
 	next, n := start.Add(every), 0
 	for tick := time.NewTicker(15 * time.Second); time.Since(start) < d; <-tick.C {
-		samples = append(samples, takeSoakSample(start, port, steady.Process.Pid, temporal.pid()))
+		samples = append(samples, takeSoakSample(start, port, steady.pid(), temporal.pid()))
 		if early == nil && time.Since(start) >= d/10 {
 			early = goroutineStacks(port)
 		}
@@ -174,26 +173,10 @@ type soakSample struct {
 func takeSoakSample(start time.Time, port, pid, temporalPID int) soakSample {
 	s := soakSample{at: time.Since(start), provisionerMiB: procstat.RSSMiB(pid), testProcessMiB: procstat.RSSMiB(os.Getpid()),
 		temporalMiB: procstat.RSSMiB(temporalPID)}
-	s.goroutines = scrapeValue(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), "go_goroutines")
+	if x, err := scrape(port); err == nil {
+		s.goroutines = x.sum("go_goroutines")
+	}
 	return s
-}
-
-// scrapeValue is one unlabelled series from a Prometheus text page (NaN-free: 0 when absent).
-func scrapeValue(url, name string) float64 {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
 }
 
 // logSlopes reports each series' least-squares slope per hour after warm-up, with its range.

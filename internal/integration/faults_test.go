@@ -2,11 +2,7 @@ package integration
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,25 +17,6 @@ import (
 
 // Fault scenarios (make test-faults runs only these). Each reports hosts provisioned, lost and
 // provisioned more than once, and the time to recover; docs/reliability.md holds the results.
-
-// processProvisioner runs `choria-provisioner run` as its own process, so it can be killed.
-// env is extra KEY=VALUE environment (PROVISIONER_* overrides of the configuration).
-func (e *env) processProvisioner(name string, env ...string) *exec.Cmd {
-	e.t.Helper()
-	cmd := exec.Command(selfBinary, "run", "--config", e.stack.ConfigFile)
-	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, name+".out"))
-	require.NoError(e.t, err)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, name+".log")), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(e.t, cmd.Start())
-	e.t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		out.Close()
-	})
-	return cmd
-}
 
 // waitInFlight waits until n hosts are running their helper step.
 func (e *env) waitInFlight(n int) {
@@ -77,7 +54,7 @@ func TestIntegrationFaultKillWorker(t *testing.T) {
 	e.setFlag("helper-slow", true)
 	first := e.processProvisioner("replica-a")
 	e.waitInFlight(4)
-	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
+	require.NoError(t, first.kill())
 	killed := time.Now()
 	e.setFlag("helper-slow", false)
 	e.processProvisioner("replica-b")
@@ -97,7 +74,7 @@ func TestIntegrationFaultKillWorkerFastMode(t *testing.T) {
 	e.setFlag("helper-slow", true)
 	first := e.processProvisioner("replica-a")
 	require.Eventually(t, func() bool { return countLines(e, "helper-runs") >= 4 }, 60*time.Second, 100*time.Millisecond)
-	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
+	require.NoError(t, first.kill())
 	killed := time.Now()
 	e.setFlag("helper-slow", false)
 	e.processProvisioner("replica-b")
@@ -120,16 +97,9 @@ func TestIntegrationFaultSIGTERMDrains(t *testing.T) {
 	e.setFlag("helper-slow", true) // 8 s helpers in flight when the signal comes
 	p := e.processProvisioner("replica-a")
 	e.waitInFlight(3)
-	require.NoError(t, p.Process.Signal(syscall.SIGTERM))
 	sent := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- p.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(40 * time.Second):
-		t.Fatal("the worker did not stop within 40 s of SIGTERM")
-	}
-	drained := time.Since(sent)
+	drained, err := p.stop(40 * time.Second)
+	require.NoError(t, err)
 	t.Logf("FAULT SIGTERM: worker exited %v after the signal (drain bound %v)", drained.Round(100*time.Millisecond), 20*time.Second)
 	// the helper runs in flight finished and were recorded: nothing failed or timed out
 	for _, m := range e.stack.Fleet.Members {

@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,25 +24,16 @@ func (e *env) startFleetSim(count int, args ...string) func() fleetsim.Status {
 func (e *env) startFleetSimAs(name string, count int, args ...string) func() fleetsim.Status {
 	e.t.Helper()
 	status := filepath.Join(e.stack.Opts.Dir, name+".json")
-	cmd := exec.Command(devBinary, append([]string{"fleet-sim", "--broker", e.stack.Broker.URL, "--provisioning-jwt", e.stack.Creds.ProvisioningJWT,
-		"--token", e.stack.Creds.Token, "--count", fmt.Sprint(count), "--status", status}, args...)...)
-	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, name+".out"))
-	require.NoError(e.t, err)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(e.t, cmd.Start())
-	exited, stopping := make(chan struct{}), atomic.Bool{}
+	p := e.spawn(name, devBinary, append([]string{"fleet-sim", "--broker", e.stack.Broker.URL, "--provisioning-jwt", e.stack.Creds.ProvisioningJWT,
+		"--token", e.stack.Creds.Token, "--count", fmt.Sprint(count), "--status", status}, args...))
 	go func() {
-		err := cmd.Wait()
-		out.Close()
-		if !stopping.Load() {
+		<-p.exited
+		if !p.ended.Load() {
 			b, _ := os.ReadFile(filepath.Join(e.stack.Opts.Dir, name+".out"))
-			why := fmt.Sprintf("fleet-sim %s exited: %v; its output: %s", name, err, b)
+			why := fmt.Sprintf("fleet-sim %s exited: %v; its output: %s", name, p.err, b)
 			e.simErr.CompareAndSwap(nil, &why)
 		}
-		close(exited)
 	}()
-	e.t.Cleanup(func() { stopping.Store(true); _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-exited })
 	return func() fleetsim.Status {
 		var st fleetsim.Status
 		b, err := os.ReadFile(status)

@@ -127,7 +127,7 @@ func runFlood(t *testing.T, flood time.Duration) floodResult {
 	status := e.startFleetSim(floodRealHosts, "--prefix", "real-", "--rate", fmt.Sprint(floodArrivals))
 	st := waitSimRestarted(t, status, floodRealHosts, 10*time.Minute)
 	res := floodResult{took: time.Since(began), temporalCPU: procstat.TreeCPU(e.stack.Temporal.PID()) - cpu0,
-		peakRSSMiB: procstat.PeakRSSMiB(prov.Process.Pid)}
+		peakRSSMiB: procstat.PeakRSSMiB(prov.pid())}
 	if f != nil {
 		res.sent = f.wait()
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,8 +43,8 @@ func TestIntegrationFaultPostgresKillReplica(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return simCount(status(), func(h fleetsim.HostState) bool { return h.Configured }) >= hosts/4
 	}, 5*time.Minute, 200*time.Millisecond, "a quarter of the hosts were not configured")
-	killedCPU := procstat.TreeCPU(first.Process.Pid)
-	require.NoError(t, syscall.Kill(-first.Process.Pid, syscall.SIGKILL))
+	killedCPU := procstat.TreeCPU(first.pid())
+	require.NoError(t, first.kill())
 	killed := time.Now()
 	atKill := simCount(status(), func(h fleetsim.HostState) bool { return h.Restarted })
 	third := e.processProvisioner("replica-a-again")
@@ -53,9 +52,9 @@ func TestIntegrationFaultPostgresKillReplica(t *testing.T) {
 	st := waitSimDone(status, hosts, 10*time.Minute)
 	done := time.Now()
 	mib := func(pid int) string { return fmt.Sprintf("%.0f MiB", procstat.PeakRSSMiB(pid)) }
-	rss := map[string]string{"temporal-server": mib(srv.PID()), "provisioner": mib(second.Process.Pid)}
+	rss := map[string]string{"temporal-server": mib(srv.PID()), "provisioner": mib(second.pid())}
 	cpu := map[string]time.Duration{"temporal-server": procstat.TreeCPU(srv.PID()), "postgres": procstat.TreeCPU(srv.Postgres.PID()),
-		"provisioners": killedCPU + procstat.TreeCPU(second.Process.Pid) + procstat.TreeCPU(third.Process.Pid)}
+		"provisioners": killedCPU + procstat.TreeCPU(second.pid()) + procstat.TreeCPU(third.pid())}
 	restarted := simCount(st, func(h fleetsim.HostState) bool { return h.Restarted })
 	// A host whose configure call reached it from a worker killed before it reported the result
 	// gets the same Configure step again from another worker (activities run at least once): the

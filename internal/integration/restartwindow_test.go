@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"sort"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,8 +58,8 @@ func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
 		}
 		return true
 	}, 90*time.Second, 50*time.Millisecond, "hosts never restarted")
-	require.NoError(t, first.Process.Signal(syscall.SIGTERM))
-	_ = first.Wait()
+	_, err := first.stop(60 * time.Second)
+	require.NoError(t, err)
 	stopped := time.Now()
 
 	// re-image the old hosts and start new ones while no provisioner runs

@@ -3,17 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -180,13 +175,10 @@ func countFiles(t *testing.T, dir string) int { return len(listFiles(t, dir)) }
 // replicaProc is one replica in its own process (choria-provisioner-dev replica: the product's
 // service as a given build).
 type replicaProc struct {
-	t         *testing.T
-	name      string
+	*proc
 	build     string
 	started   time.Time
-	cmd       *exec.Cmd
 	port      int
-	stopped   bool
 	ndeMetric float64 // the SDK's non-determinism failures, read when it stops
 }
 
@@ -198,61 +190,27 @@ func (e *env) buildReplica(name, build string, next bool) *replicaProc {
 	if next {
 		args = append(args, "--next")
 	}
-	cmd := exec.Command(devBinary, args...)
-	out, err := os.Create(filepath.Join(e.stack.Opts.Dir, name+".out"))
-	require.NoError(e.t, err)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, name+".log"),
+	started := time.Now()
+	p := e.spawn(name, devBinary, args, "PROVISIONER_LOGFILE="+filepath.Join(e.stack.Opts.Dir, name+".log"),
 		fmt.Sprintf("PROVISIONER_MONITOR_PORT=%d", port), "PROVISIONER_MONITOR_ADDRESS=127.0.0.1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(e.t, cmd.Start())
-	r := &replicaProc{t: e.t, name: name, build: build, started: time.Now(), cmd: cmd, port: port}
-	e.t.Cleanup(func() {
-		if !r.stopped {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-		}
-		out.Close()
-	})
-	return r
+	return &replicaProc{proc: p, build: build, started: started, port: port}
 }
 
 // stop reads the replica's count of non-determinism failures, then stops it as systemd does.
 func (r *replicaProc) stop() {
 	r.t.Helper()
 	r.ndeMetric = r.sdkCounter("temporal_workflow_task_execution_failed_total", "failure_reason", "NonDeterminismError")
-	require.NoError(r.t, r.cmd.Process.Signal(syscall.SIGTERM))
-	done := make(chan error, 1)
-	go func() { done <- r.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		r.t.Errorf("%s did not stop on SIGTERM", r.name)
-	}
-	r.stopped = true
+	_, err := r.proc.stop(60 * time.Second)
+	require.NoError(r.t, err)
 }
 
 // sdkCounter is a counter on the replica's /metrics with the given label value (0 when absent:
 // the SDK registers a series when it first counts).
 func (r *replicaProc) sdkCounter(name, label, value string) float64 {
 	r.t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.port))
+	x, err := scrape(r.port)
 	require.NoError(r.t, err, "%s /metrics", r.name)
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	require.NoError(r.t, err)
-	total := 0.0
-	for _, m := range families[name].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label && l.GetValue() == value {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total
+	return x.sum(name, label, value)
 }
 
 // waitCurrent waits until rep's worker polls and, with worker versioning, until build is the

@@ -1,15 +1,11 @@
 package integration
 
 import (
-	"fmt"
-	"net/http"
 	"sort"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
@@ -104,21 +100,12 @@ func TestIntegrationWorkflowCacheEvictionsReplay(t *testing.T) {
 	e.tally("workflow cache of 1", started)
 
 	// the SDK's own count of tasks whose run it no longer held
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	x, err := scrape(port)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	misses, evictions, size := 0.0, 0.0, -1.0
-	for _, m := range families["temporal_sticky_cache_miss_total"].GetMetric() {
-		misses += m.GetCounter().GetValue()
-	}
-	for _, m := range families["temporal_sticky_cache_forced_eviction_total"].GetMetric() {
-		evictions += m.GetCounter().GetValue()
-	}
-	for _, m := range families["temporal_sticky_cache_size"].GetMetric() {
-		size = max(size, m.GetGauge().GetValue())
+	misses, evictions := x.sum("temporal_sticky_cache_miss_total"), x.sum("temporal_sticky_cache_forced_eviction_total")
+	size := -1.0
+	for _, v := range x.values("temporal_sticky_cache_size") {
+		size = max(size, v)
 	}
 	t.Logf("workflow cache of 1, %d hosts: %.0f runs evicted, %.0f workflow tasks replayed their run, cache size %.0f",
 		len(e.stack.Fleet.Members), evictions, misses, size)
