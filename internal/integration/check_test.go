@@ -2,10 +2,8 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"regexp"
@@ -206,18 +204,4 @@ func firstClosedDir(t *testing.T, dir string) string {
 	}
 	t.Fatalf("every directory above %s is open to others", dir)
 	return ""
-}
-
-// runBinary runs bin and returns its combined output and exit code.
-func runBinary(t *testing.T, bin string, env []string, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return string(out), exit.ExitCode()
-	}
-	require.NoError(t, err)
-	return string(out), 0
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,17 +55,8 @@ func (e *env) cli(env []string, args ...string) (string, int) {
 func (e *env) cliCmd(args ...string) (string, int) { return e.run(nil, args...) }
 
 func (e *env) run(env []string, args ...string) (string, int) {
-	cmd := exec.Command(selfBinary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return out.String(), exit.ExitCode()
-	}
-	require.NoError(e.t, err)
-	return out.String(), 0
+	e.t.Helper()
+	return runBinary(e.t, selfBinary, env, args...)
 }
 
 // countLines is how many lines a file in the stack's directory has (0 when it does not exist).

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -83,4 +84,18 @@ func (e *env) processProvisioner(name string, env ...string) *proc {
 	e.t.Helper()
 	return e.spawn(name, selfBinary, []string{"run", "--config", e.stack.ConfigFile},
 		append([]string{"PROVISIONER_LOGFILE=" + filepath.Join(e.stack.Opts.Dir, name+".log")}, env...)...)
+}
+
+// runBinary runs bin and returns its combined output and exit code.
+func runBinary(t *testing.T, bin string, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode()
+	}
+	require.NoError(t, err)
+	return string(out), 0
 }

@@ -1,13 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +28,9 @@ func (e *env) temporalCLIWith(env []string, args ...string) string {
 	e.t.Helper()
 	bin, err := devstack.FindTemporalBinary()
 	require.NoError(e.t, err)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(e.t, cmd.Run(), "temporal %v: %s", args, out.String())
-	return out.String()
+	out, code := runBinary(e.t, bin, env, args...)
+	require.Zero(e.t, code, "temporal %v: %s", args, out)
+	return out
 }
 
 // The `temporal` CLI commands docs/operations.md gives for operators do what it says: list failed
