@@ -190,7 +190,7 @@ func LoadForOperator(path string) (*Config, error) {
 }
 
 func readValid(path string, validate func(*Config) error) (*Config, error) {
-	cfg, err := read(path)
+	cfg, err := read(path, true)
 	if err != nil {
 		return nil, err
 	}
@@ -203,29 +203,40 @@ func readValid(path string, validate func(*Config) error) (*Config, error) {
 // Parse reads file and the environment like Load but validates nothing and leaves the parsed
 // forms (durations, HelperCommand) empty: for the preflight check, which reports every problem
 // rather than the first.
+// Unknown keys are not refused here either (Load refuses them).
 func Parse(path string) (*Config, error) {
-	return read(path)
+	return read(path, false)
 }
 
-func read(path string) (*Config, error) {
+// read loads the defaults, the file and the environment; strict refuses a key of the file or a
+// PROVISIONER_ variable that names no key of Config (a typo would otherwise be ignored).
+func read(path string, strict bool) (*Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(confmap.Provider(defaults(), "."), nil); err != nil {
 		return nil, err
 	}
+	var fileKeys []string
 	if path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+		fk := koanf.New(".")
+		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
 		for key, instead := range fileOnlyKeys {
-			if k.Exists(key) {
+			if fk.Exists(key) {
 				return nil, invalid(key, "must not be written in %s (a secret in a file and its history): %s", path, instead)
 			}
 		}
+		fileKeys = fk.Keys()
+		if err := k.Merge(fk); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
 	}
-	envProvider := env.Provider(EnvPrefix, ".", func(s string) string {
-		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, EnvPrefix)), "__", ".")
-	})
-	if err := k.Load(envProvider, nil); err != nil {
+	if strict {
+		if err := unknownKeys(fileKeys); err != nil {
+			return nil, err
+		}
+	}
+	if err := k.Load(env.Provider(EnvPrefix, ".", envKey), nil); err != nil {
 		return nil, fmt.Errorf("reading environment: %w", err)
 	}
 
