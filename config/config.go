@@ -365,7 +365,7 @@ func (c *Config) validateFeatures() error {
 		if c.JWTSigningKey == "" {
 			return invalid("jwt_signing_key", "required when features.ed25519 is on")
 		}
-		if err := readable(c.JWTSigningKey); err != nil {
+		if err := secretFile(c.JWTSigningKey); err != nil {
 			return invalid("jwt_signing_key", "%v", err)
 		}
 		if c.JWTSigningToken != "" {
@@ -443,7 +443,7 @@ func (c *Config) validateTemporal() error {
 		return invalid("temporal.codec_key_file", "required (or %s, or temporal.plaintext: true): payloads carry secrets", CodecKeyEnv)
 	}
 	if c.Temporal.CodecKeyFile != "" {
-		if err := readable(c.Temporal.CodecKeyFile); err != nil {
+		if err := secretFile(c.Temporal.CodecKeyFile); err != nil {
 			return invalid("temporal.codec_key_file", "%v", err)
 		}
 	}
@@ -478,6 +478,14 @@ func readable(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// secretFile is readable by the service and by no one else (CheckKeyFile).
+func secretFile(path string) error {
+	if err := readable(path); err != nil {
+		return err
+	}
+	return CheckKeyFile(path)
 }
 
 // SplitHelper splits a helper command line as the Choria Provisioner does, with shell quoting

@@ -151,6 +151,9 @@ func LoadClientCertificate(certFile, keyFile string, now time.Time) (*tls.Certif
 	if err != nil {
 		return nil, invalid("temporal.tls.key_file", "%v", err)
 	}
+	if err := CheckKeyFile(keyFile); err != nil {
+		return nil, invalid("temporal.tls.key_file", "%v", err)
+	}
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		if strings.Contains(err.Error(), "does not match") {
@@ -189,10 +192,14 @@ func Describe(c *x509.Certificate) string {
 	return fmt.Sprintf("subject %q, issuer %q", c.Subject.String(), c.Issuer.String())
 }
 
-// ReadAPIKeyFile reads an API key: the file's content without surrounding white space.
+// ReadAPIKeyFile reads an API key: the file's content without surrounding white space. A file
+// others may read is refused (CheckKeyFile).
 func ReadAPIKeyFile(file string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
+		return "", err
+	}
+	if err := CheckKeyFile(file); err != nil {
 		return "", err
 	}
 	key := strings.TrimSpace(string(b))

@@ -51,6 +51,15 @@ func TestTLSKeysLoad(t *testing.T) {
 	require.Equal(t, TLS{CAFile: p.CAFile, CertFile: cert, KeyFile: key, ServerName: "frontend.example.net"}, cfg.Temporal.TLS)
 	require.Equal(t, apiKey, cfg.Temporal.APIKeyFile)
 
+	// the client key and the API key: refused when others can read them (CheckKeyFile)
+	for k, f := range map[string]string{"temporal.tls.key_file": key, "temporal.api_key_file": apiKey} {
+		require.NoError(t, os.Chmod(f, 0o644))
+		_, err = Load(tlsConfig(t, fmt.Sprintf("  tls: {cert_file: %s, key_file: %s}\n  api_key_file: %s\n", cert, key, apiKey)))
+		require.ErrorContains(t, err, k+": "+f+" is readable by others", k)
+		require.ErrorContains(t, err, "chmod 600 "+f, k)
+		require.NoError(t, os.Chmod(f, 0o600))
+	}
+
 	// no tls keys: TLS is off; enabled alone turns it on (the system's CAs)
 	cfg, err = Load(tlsConfig(t, ""))
 	require.NoError(t, err)
