@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/choria-temporal/provisioner/config"
 )
 
 // ServerTokenEnv may hold the codec server's bearer token instead of a token file.
@@ -18,21 +20,30 @@ const ServerTokenEnv = "PROVISIONER_CODEC_SERVER_TOKEN"
 // ErrNotLoopback is returned when DevTrustOrigins is asked of a listener other hosts could reach.
 var ErrNotLoopback = errors.New("serving the Web UI origins without a token is for a loopback listener only")
 
-// ReadToken reads the codec server's bearer token from ServerTokenEnv, else from file.
+// MinTokenLength is the shortest bearer token the codec server accepts: the token is all that
+// stands between a caller and every payload, so it must be one nobody guesses (openssl rand
+// -hex 32 makes 64 characters).
+const MinTokenLength = 32
+
+// ReadToken reads the codec server's bearer token from ServerTokenEnv, else from file, which
+// only the server's user (or a group it is in) may read (config.CheckKeyFile).
 func ReadToken(file string) (string, error) {
-	if t := os.Getenv(ServerTokenEnv); t != "" {
-		return t, nil
+	t, from := strings.TrimSpace(os.Getenv(ServerTokenEnv)), ServerTokenEnv
+	if t == "" {
+		if file == "" {
+			return "", fmt.Errorf("a bearer token is required: --token-file or %s", ServerTokenEnv)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		if err := config.CheckKeyFile(file); err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		t, from = strings.TrimSpace(string(b)), file
 	}
-	if file == "" {
-		return "", fmt.Errorf("a bearer token is required: --token-file or %s", ServerTokenEnv)
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", err
-	}
-	t := strings.TrimSpace(string(b))
-	if len(t) < 16 {
-		return "", errors.New("the codec server token must be at least 16 characters")
+	if len(t) < MinTokenLength {
+		return "", fmt.Errorf("the codec server token (%s) has %d characters, at least %d are required: make one with openssl rand -hex 32", from, len(t), MinTokenLength)
 	}
 	return t, nil
 }

@@ -155,3 +155,33 @@ func TestDevTrustOriginsRefusesAnotherUsersProcess(t *testing.T) {
 	require.Equal(t, "401", as(65534), "another user's process with the UI's Origin")
 	require.Equal(t, "200", as(0), "this user's")
 }
+
+// The codec server's token: at least MinTokenLength characters from the environment or the
+// file, and a file others can read is refused with the fix.
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	long := strings.Repeat("k", MinTokenLength)
+	require.NoError(t, os.WriteFile(file, []byte(long+"\n"), 0o600))
+	tok, err := ReadToken(file)
+	require.NoError(t, err)
+	require.Equal(t, long, tok)
+
+	require.NoError(t, os.WriteFile(file, []byte(long[1:]+"\n"), 0o600))
+	_, err = ReadToken(file)
+	require.ErrorContains(t, err, "has 31 characters, at least 32 are required")
+
+	require.NoError(t, os.WriteFile(file, []byte(long+"\n"), 0o600))
+	require.NoError(t, os.Chmod(file, 0o644))
+	_, err = ReadToken(file)
+	require.ErrorContains(t, err, "is readable by others (mode 0644)")
+	require.ErrorContains(t, err, "chmod 600 "+file)
+
+	t.Setenv(ServerTokenEnv, "short-token")
+	_, err = ReadToken(file)
+	require.ErrorContains(t, err, ServerTokenEnv+") has 11 characters")
+	t.Setenv(ServerTokenEnv, long+"-from-env")
+	tok, err = ReadToken("")
+	require.NoError(t, err)
+	require.Equal(t, long+"-from-env", tok)
+}

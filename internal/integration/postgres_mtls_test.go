@@ -187,7 +187,7 @@ printf '%%s' "$input" | %[2]s
 	}
 }
 
-const codecToken = "mtls-codec-token-0123456789"
+const codecToken = "mtls-codec-token-0123456789abcdef0123456789"
 
 // startCodecServerHTTPS runs `choria-provisioner codec-server` serving HTTPS with the codec
 // certificate and returns its URL.

@@ -154,6 +154,9 @@ func ServerTLS(certFile, keyFile string, log *zap.Logger) (*tls.Config, error) {
 }
 
 func loadServerCertificate(certFile, keyFile string) (*tls.Certificate, error) {
+	if err := config.CheckKeyFile(keyFile); err != nil {
+		return nil, err
+	}
 	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("certificate %s and key %s: %w", certFile, keyFile, err)
