@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/choria-io/fisk"
 
@@ -26,6 +27,10 @@ type codecServerCommand struct {
 	devUIDs   []uint32
 	issuer    string
 	audience  string
+	claim     string
+	values    []string
+	anyUser   bool
+	refetch   time.Duration
 	tlsCert   string
 	tlsKey    string
 }
@@ -38,6 +43,10 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)
 	cmd.Flag("oidc-issuer", "Also accept access tokens of this OIDC issuer, as a Web UI with a login passes them (TEMPORAL_CODEC_PASS_ACCESS_TOKEN)").StringVar(&c.issuer)
 	cmd.Flag("oidc-audience", "The audience those access tokens must carry").StringVar(&c.audience)
+	cmd.Flag("oidc-claim", "The claim of those access tokens that grants decoding, e.g. groups, roles or realm_access.roles (required with --oidc-issuer unless --oidc-any-user)").StringVar(&c.claim)
+	cmd.Flag("oidc-claim-value", "A value of --oidc-claim that grants decoding, e.g. temporal-operators (repeatable: any one grants)").StringsVar(&c.values)
+	cmd.Flag("oidc-any-user", "Accept every user the issuer gives a token for the audience, no claim required: each can decrypt every payload").UnNegatableBoolVar(&c.anyUser)
+	cmd.Flag("oidc-key-refetch-interval", "Fetch the issuer's key set at most this often (a token naming an unknown key asks for it)").Default(codec.DefaultKeyRefetchInterval.String()).DurationVar(&c.refetch)
 	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
 	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode without a token for browsers from the --cors-origin origins run by this user (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
@@ -61,8 +70,10 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
 	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs}
-	if c.issuer != "" || c.audience != "" {
-		if o.OIDC, err = codec.NewOIDCVerifier(ctx, c.issuer, c.audience, nil); err != nil {
+	if c.issuer != "" || c.audience != "" || c.claim != "" || len(c.values) > 0 || c.anyUser {
+		o.OIDC, err = codec.NewOIDCVerifier(ctx, codec.OIDCOptions{Issuer: c.issuer, Audience: c.audience,
+			Claim: c.claim, Values: c.values, AnyUser: c.anyUser, KeyRefetchInterval: c.refetch})
+		if err != nil {
 			return err
 		}
 	}
@@ -86,7 +97,11 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	}
 	fmt.Printf("codec server on %s://%s (key %s)\n", scheme, addr, cd.ActiveKeyID())
 	if o.OIDC != nil {
-		fmt.Printf("accepting access tokens of %s for audience %s\n", c.issuer, c.audience)
+		who := fmt.Sprintf("whose claim %s holds one of %s", c.claim, strings.Join(c.values, ", "))
+		if c.anyUser {
+			who = "of every user (--oidc-any-user: no claim required)"
+		}
+		fmt.Printf("accepting access tokens of %s for audience %s %s\n", c.issuer, c.audience, who)
 	}
 	if c.devTrust {
 		who := fmt.Sprintf("user %d", os.Getuid())

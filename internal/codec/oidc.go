@@ -1,172 +1,249 @@
 package codec
 
 import (
+	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rsa"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
+	"github.com/coreos/go-oidc/v3/oidc"
 )
 
-// ErrTokenRejected is returned for a bearer token the identity provider did not sign for us.
+// ErrTokenRejected is returned for a bearer token the identity provider did not sign for us, or
+// that lacks the required claim.
 var ErrTokenRejected = errors.New("access token rejected")
 
-// OIDCVerifier checks the access tokens a Web UI with a login passes to the codec server
-// (TEMPORAL_CODEC_PASS_ACCESS_TOKEN): JWTs signed by a key of the issuer's JWKS, for the
-// audience, not expired. Keys are fetched from the issuer's discovery document and fetched again
-// when a token names a key the set does not have (at most every refetchAfter).
-type OIDCVerifier struct {
-	issuer, audience string
-	client           *http.Client
-	jwksURI          string
+// ErrOIDCOptions is returned for OIDC options the codec server refuses to start with.
+var ErrOIDCOptions = errors.New("codec server OIDC")
 
-	mu      sync.Mutex
-	keys    map[string]any
-	fetched time.Time
+// DefaultKeyRefetchInterval is how often, at most, the issuer's key set is fetched: a token
+// naming a key the cached set lacks (the provider rotated its keys, or a caller made the kid up)
+// asks for it again, and no more often than this.
+const DefaultKeyRefetchInterval = 30 * time.Second
+
+// OIDCOptions say which access tokens a Web UI with a login passes (TEMPORAL_CODEC_PASS_ACCESS_TOKEN)
+// the codec server accepts: JWTs of Issuer for Audience, not expired, whose Claim holds one of
+// Values.
+type OIDCOptions struct {
+	Issuer, Audience string
+	// Claim names the claim that grants decoding, e.g. "groups" or "roles"; a claim nested in an
+	// object is named by its path, e.g. "realm_access.roles" (Keycloak's realm roles). Its value
+	// is a string or a list of strings, one of which must be in Values.
+	Claim  string
+	Values []string
+	// AnyUser accepts every user the issuer gives a token for the audience, with no claim
+	// required: every such user can then decrypt every payload. It must be asked for; neither a
+	// claim nor AnyUser is refused.
+	AnyUser bool
+	// KeyRefetchInterval bounds the key set's fetches (0: DefaultKeyRefetchInterval).
+	KeyRefetchInterval time.Duration
+	// Client fetches the discovery document and the key set (nil: a client with a 10 s timeout).
+	Client *http.Client
+
+	now func() time.Time // tests move the clock
 }
 
-const refetchAfter = 30 * time.Second
+// OIDCVerifier checks access tokens with github.com/coreos/go-oidc: the issuer's discovery
+// document and key set, the token's signature, issuer, audience and expiry; then the claim.
+type OIDCVerifier struct {
+	verifier *oidc.IDTokenVerifier
+	claim    string
+	values   []string
+	anyUser  bool
+}
 
-// NewOIDCVerifier reads issuer's /.well-known/openid-configuration and its key set.
-func NewOIDCVerifier(ctx context.Context, issuer, audience string, client *http.Client) (*OIDCVerifier, error) {
-	if issuer == "" || audience == "" {
-		return nil, errors.New("an OIDC issuer and audience are both required")
+func (o *OIDCOptions) check() error {
+	switch {
+	case o.Issuer == "" || o.Audience == "":
+		return fmt.Errorf("%w: an issuer and an audience are both required", ErrOIDCOptions)
+	case o.AnyUser && (o.Claim != "" || len(o.Values) > 0):
+		return fmt.Errorf("%w: a required claim and accepting any user contradict each other: choose one", ErrOIDCOptions)
+	case o.AnyUser:
+	case o.Claim == "" && len(o.Values) == 0:
+		return fmt.Errorf("%w: name the claim that grants decoding and its values (--oidc-claim groups --oidc-claim-value temporal-operators), "+
+			"or accept every user of the issuer with a token for the audience explicitly (--oidc-any-user)", ErrOIDCOptions)
+	case o.Claim == "":
+		return fmt.Errorf("%w: claim values %v need the claim that holds them (--oidc-claim)", ErrOIDCOptions, o.Values)
+	case len(o.Values) == 0:
+		return fmt.Errorf("%w: claim %q needs the values that grant decoding (--oidc-claim-value)", ErrOIDCOptions, o.Claim)
 	}
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
+	if o.KeyRefetchInterval < 0 {
+		return fmt.Errorf("%w: the key set refetch interval %s is negative", ErrOIDCOptions, o.KeyRefetchInterval)
 	}
-	v := &OIDCVerifier{issuer: strings.TrimRight(issuer, "/"), audience: audience, client: client}
-	var disc struct {
-		Issuer  string `json:"issuer"`
-		JWKSURI string `json:"jwks_uri"`
-	}
-	if err := v.get(ctx, v.issuer+"/.well-known/openid-configuration", &disc); err != nil {
-		return nil, fmt.Errorf("OIDC discovery of %s: %w", issuer, err)
-	}
-	if disc.JWKSURI == "" {
-		return nil, fmt.Errorf("OIDC discovery of %s names no jwks_uri", issuer)
-	}
-	if disc.Issuer != "" {
-		v.issuer = disc.Issuer // tokens carry the issuer exactly as the provider spells it
-	}
-	v.jwksURI = disc.JWKSURI
-	if err := v.refresh(ctx); err != nil {
+	return nil
+}
+
+// NewOIDCVerifier reads the issuer's discovery document and its key set.
+func NewOIDCVerifier(ctx context.Context, o OIDCOptions) (*OIDCVerifier, error) {
+	if err := o.check(); err != nil {
 		return nil, err
 	}
-	return v, nil
+	if o.KeyRefetchInterval == 0 {
+		o.KeyRefetchInterval = DefaultKeyRefetchInterval
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	if o.Client != nil {
+		c := *o.Client
+		client = &c
+	}
+	next := client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	client.Transport = &fetchLimiter{next: next, interval: o.KeyRefetchInterval, now: o.now, last: map[string]*fetched{}}
+	// go-oidc keeps the context for its key set fetches, which go through the limiter
+	ctx = oidc.ClientContext(context.WithoutCancel(ctx), client)
+	provider, err := oidc.NewProvider(ctx, o.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("OIDC discovery of %s: %w", o.Issuer, err)
+	}
+	if err := fetchKeySet(ctx, client, provider); err != nil {
+		return nil, err
+	}
+	return &OIDCVerifier{
+		verifier: provider.VerifierContext(ctx, &oidc.Config{ClientID: o.Audience,
+			SupportedSigningAlgs: []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.PS256, oidc.PS384, oidc.PS512, oidc.ES256, oidc.ES384, oidc.ES512},
+			Now:                  o.now}),
+		claim: o.Claim, values: o.Values, anyUser: o.AnyUser,
+	}, nil
 }
 
-func (v *OIDCVerifier) get(ctx context.Context, url string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// fetchKeySet reads the key set once at start, so an issuer whose keys cannot be read is found
+// before the first user is; the answer is what go-oidc's first verification reads (cached).
+func fetchKeySet(ctx context.Context, client *http.Client, p *oidc.Provider) error {
+	var disc struct {
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := p.Claims(&disc); err != nil || disc.JWKSURI == "" {
+		return fmt.Errorf("OIDC discovery names no jwks_uri")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, disc.JWKSURI, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := v.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return err
+		return fmt.Errorf("OIDC key set: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+		return fmt.Errorf("OIDC key set %s: %s", disc.JWKSURI, resp.Status)
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)
-}
-
-// refresh fetches the key set; the caller holds no lock.
-func (v *OIDCVerifier) refresh(ctx context.Context) error {
 	var set struct {
-		Keys []struct {
-			Kty, Kid, Use, N, E, Crv, X, Y string
-		} `json:"keys"`
+		Keys []json.RawMessage `json:"keys"`
 	}
-	if err := v.get(ctx, v.jwksURI, &set); err != nil {
-		return fmt.Errorf("OIDC key set: %w", err)
+	if err := json.NewDecoder(resp.Body).Decode(&set); err != nil || len(set.Keys) == 0 {
+		return fmt.Errorf("OIDC key set %s holds no key", disc.JWKSURI)
 	}
-	keys := map[string]any{}
-	for _, k := range set.Keys {
-		if k.Use != "" && k.Use != "sig" {
-			continue
-		}
-		switch k.Kty {
-		case "RSA":
-			n, err1 := base64.RawURLEncoding.DecodeString(k.N)
-			e, err2 := base64.RawURLEncoding.DecodeString(k.E)
-			if err1 != nil || err2 != nil || len(e) > 4 {
-				continue
-			}
-			keys[k.Kid] = &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
-		case "EC":
-			var curve elliptic.Curve
-			switch k.Crv {
-			case "P-256":
-				curve = elliptic.P256()
-			case "P-384":
-				curve = elliptic.P384()
-			case "P-521":
-				curve = elliptic.P521()
-			default:
-				continue
-			}
-			x, err1 := base64.RawURLEncoding.DecodeString(k.X)
-			y, err2 := base64.RawURLEncoding.DecodeString(k.Y)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			keys[k.Kid] = &ecdsa.PublicKey{Curve: curve, X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
-		}
-	}
-	if len(keys) == 0 {
-		return fmt.Errorf("OIDC key set %s holds no RSA or EC signing key", v.jwksURI)
-	}
-	v.mu.Lock()
-	v.keys, v.fetched = keys, time.Now()
-	v.mu.Unlock()
 	return nil
 }
 
-func (v *OIDCVerifier) key(ctx context.Context, kid string) (any, error) {
-	v.mu.Lock()
-	k, ok := v.keys[kid]
-	stale := time.Since(v.fetched) > refetchAfter
-	v.mu.Unlock()
-	if ok {
-		return k, nil
-	}
-	if stale {
-		if err := v.refresh(ctx); err != nil {
-			return nil, err
-		}
-		v.mu.Lock()
-		k, ok = v.keys[kid]
-		v.mu.Unlock()
-		if ok {
-			return k, nil
-		}
-	}
-	return nil, fmt.Errorf("no key %q in the issuer's key set", kid)
-}
-
-// Verify accepts a token signed by the issuer for the audience and not expired.
+// Verify accepts a token signed by the issuer for the audience, not expired, whose claim holds
+// one of the values.
 func (v *OIDCVerifier) Verify(ctx context.Context, token string) error {
-	_, err := jwt.Parse(token, func(t *jwt.Token) (any, error) {
-		kid, _ := t.Header["kid"].(string)
-		return v.key(ctx, kid)
-	},
-		jwt.WithValidMethods([]string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}),
-		jwt.WithIssuer(v.issuer), jwt.WithAudience(v.audience), jwt.WithExpirationRequired(), jwt.WithLeeway(30*time.Second))
+	t, err := v.verifier.Verify(ctx, token)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrTokenRejected, err)
 	}
+	if v.anyUser {
+		return nil
+	}
+	var claims map[string]any
+	if err := t.Claims(&claims); err != nil {
+		return fmt.Errorf("%w: %v", ErrTokenRejected, err)
+	}
+	if !slices.ContainsFunc(claimStrings(claims, v.claim), func(s string) bool { return slices.Contains(v.values, s) }) {
+		return fmt.Errorf("%w: claim %s holds none of %v", ErrTokenRejected, v.claim, v.values)
+	}
 	return nil
+}
+
+// claimStrings is the string or strings of the claim named name: a top-level claim of that
+// name (which may hold dots, as a URL-named claim does), else the path its dots separate.
+func claimStrings(claims map[string]any, name string) []string {
+	val, ok := claims[name]
+	if !ok {
+		var cur any = claims
+		for _, part := range strings.Split(name, ".") {
+			m, isMap := cur.(map[string]any)
+			if !isMap {
+				return nil
+			}
+			cur = m[part]
+		}
+		val = cur
+	}
+	switch x := val.(type) {
+	case string:
+		return []string{x}
+	case []any:
+		var out []string
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// fetchLimiter lets a GET of one URL through at most once per interval and answers the others
+// in between with the last answer (or its error). go-oidc fetches the key set again for every
+// token naming a key it does not hold, coalescing only fetches at the same moment: without
+// this, tokens with made-up key IDs would make the codec server hammer the identity provider.
+type fetchLimiter struct {
+	next     http.RoundTripper
+	interval time.Duration
+	now      func() time.Time
+
+	mu   sync.Mutex // held across a fetch: callers of one URL wait for its answer
+	last map[string]*fetched
+}
+
+type fetched struct {
+	at     time.Time
+	status int
+	header http.Header
+	body   []byte
+	err    error
+}
+
+// maxFetchBytes bounds a discovery document or key set read into memory.
+const maxFetchBytes = 1 << 20
+
+func (l *fetchLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		return l.next.RoundTrip(req)
+	}
+	url := req.URL.String()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.last[url]
+	if !ok || l.now().Sub(f.at) >= l.interval {
+		f = &fetched{at: l.now()}
+		resp, err := l.next.RoundTrip(req)
+		if err == nil {
+			f.status, f.header = resp.StatusCode, resp.Header
+			f.body, err = io.ReadAll(io.LimitReader(resp.Body, maxFetchBytes))
+			resp.Body.Close()
+		}
+		f.err = err
+		l.last[url] = f
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &http.Response{StatusCode: f.status, Status: fmt.Sprintf("%d %s", f.status, http.StatusText(f.status)), Header: f.header.Clone(),
+		Body: io.NopCloser(bytes.NewReader(f.body)), ContentLength: int64(len(f.body)), Request: req, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
 }
