@@ -401,13 +401,24 @@ func checkCodecServer(t *testing.T, r *rendered) {
 	}
 	fx := fixtures{secrets: map[string]map[string][]byte{
 		"provisioner-codec":       {"codec.key": []byte("0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n")},
-		"provisioner-codec-token": {"token": []byte("t")}, "provisioner-codec-server-tls": {"tls.crt": nil, "tls.key": nil},
+		"provisioner-codec-token": {"token": []byte("0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n")}, "provisioner-codec-server-tls": {"tls.crt": nil, "tls.key": nil},
 	}}
 	p := mount(t, r, fx, spec, c)
 	p.setenv(t)
 	for _, f := range []string{"--token-file", "--tls-cert", "--tls-key"} {
 		if _, err := os.Stat(p.host(t, arg(t, c, f))); err != nil {
 			t.Errorf("codec-server %s: %v", f, err)
+		}
+	}
+	// the secrets as mounted pass the codec server's permission check (codec.ReadToken, ServerTLS)
+	for _, f := range []string{"--token-file", "--tls-key"} {
+		if err := config.CheckKeyFile(p.host(t, arg(t, c, f))); err != nil {
+			t.Errorf("codec-server %s as mounted: %v", f, err)
+		}
+	}
+	for flag, want := range map[string]string{"--oidc-issuer": "https://idp.example.net/realms/ops", "--oidc-claim": "groups", "--oidc-claim-value": "temporal-operators"} {
+		if got := arg(t, c, flag); got != want {
+			t.Errorf("codec-server %s %q, want %q", flag, got, want)
 		}
 	}
 	cfg, err := config.LoadForOperator(p.rebase(t, arg(t, c, "--config")))
@@ -472,6 +483,8 @@ func TestChartRefuses(t *testing.T) {
 		{"an API key without TLS", map[string]any{"temporal": map[string]any{"apiKey": map[string]any{"secret": "k"}}}, "only sent over TLS"},
 		{"no codec key", map[string]any{"temporal": map[string]any{"codecKey": map[string]any{"secret": ""}}}, "temporal.codecKey.secret"},
 		{"a codec server without its token", map[string]any{"codecServer": map[string]any{"enabled": true}}, "codecServer.tokenSecret"},
+		{"codec server OIDC without a claim", map[string]any{"codecServer": map[string]any{"enabled": true, "tokenSecret": "t",
+			"oidc": map[string]any{"issuer": "https://idp.example.net", "audience": "temporal-ui"}}}, "codecServer.oidc needs claim"},
 		{"no broker credentials", map[string]any{"broker": map[string]any{"connectionSecret": ""}}, "broker.connectionSecret"},
 		{"both broker credentials", map[string]any{"broker": map[string]any{"credentials": map[string]any{"secret": "c", "issuerPublicKey": strings.Repeat("ab", 32)}}}, "exclude each other"},
 		{"an interval that is no duration", map[string]any{"provisioner": map[string]any{"interval": "often"}}, "interval"},

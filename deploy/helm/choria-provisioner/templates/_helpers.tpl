@@ -81,6 +81,9 @@ template includes it, so `helm template` and `helm install` stop before anything
 {{- if and $v.codecServer.enabled (not $v.codecServer.tokenSecret) -}}
 {{- fail "codecServer.tokenSecret (key: token) is required with codecServer.enabled" -}}
 {{- end -}}
+{{- if and $v.codecServer.enabled $v.codecServer.oidc.issuer (not $v.codecServer.oidc.anyUser) (or (not $v.codecServer.oidc.claim) (not $v.codecServer.oidc.claimValues)) -}}
+{{- fail "codecServer.oidc needs claim and claimValues (the claim that grants decoding), or anyUser: true to let every user of the issuer decrypt every payload" -}}
+{{- end -}}
 {{- if and $v.codecServer.enabled (not $v.temporal.codecKey.secret) -}}
 {{- fail "codecServer.enabled needs temporal.codecKey.secret" -}}
 {{- end -}}
