@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"regexp"
@@ -151,6 +152,56 @@ func TestIntegrationCheckPreflight(t *testing.T) {
 		out, code, st := check([]string{"PROVISIONER_JWT_SIGNING_TOKEN=" + e.stack.Creds.AdminJWT})
 		failsOnly(out, code, st, "signer")
 	})
+	t.Run("a typo in the file", func(t *testing.T) {
+		b, err := os.ReadFile(e.stack.ConfigFile)
+		require.NoError(t, err)
+		f := filepath.Join(t.TempDir(), "provisioner.yaml")
+		require.NoError(t, os.WriteFile(f, append(b, "\ntemporal_adress: 127.0.0.1:7233\n"...), 0o600))
+		out, code := e.run(nil, "check", "--config", f, "--user", me.Username, "--unit-root", noUnit, "--timeout", "4s")
+		failsOnly(out, code, statuses(out), "config")
+		require.Contains(t, out, "unknown key temporal_adress: did you mean temporal.address?")
+		// the service does not start on it either
+		out = startRefused(t, nil, "run", "--config", f)
+		require.Contains(t, out, "unknown key temporal_adress: did you mean temporal.address?")
+	})
+	t.Run("a typo in a variable", func(t *testing.T) {
+		out, code, st := check([]string{"PROVISIONER_TEMPORAL_ADDRESS=127.0.0.1:7233"})
+		failsOnly(out, code, st, "config")
+		require.Contains(t, out, "PROVISIONER_TEMPORAL_ADDRESS is not a known variable: did you mean PROVISIONER_TEMPORAL__ADDRESS?")
+		out = startRefused(t, []string{"PROVISIONER_TEMPORAL_ADDRESS=127.0.0.1:7233"}, "run", "--config", e.stack.ConfigFile)
+		require.Contains(t, out, "PROVISIONER_TEMPORAL_ADDRESS is not a known variable: did you mean PROVISIONER_TEMPORAL__ADDRESS?")
+	})
+	t.Run("codec key readable by others", func(t *testing.T) {
+		b, err := os.ReadFile(e.stack.CodecKeyFile)
+		require.NoError(t, err)
+		f := filepath.Join(t.TempDir(), "codec.key")
+		require.NoError(t, os.WriteFile(f, b, 0o600))
+		require.NoError(t, os.Chmod(f, 0o644))
+		out, code, st := check([]string{"PROVISIONER_TEMPORAL__CODEC_KEY_FILE=" + f})
+		failsOnly(out, code, st, "config", "file")
+		require.Contains(t, out, f+" is readable by others (mode 0644)")
+		require.Contains(t, out, "chmod 600 "+f)
+	})
+	t.Run("the Choria identity's key readable by others", func(t *testing.T) {
+		b, err := os.ReadFile(e.stack.ClientConfig)
+		require.NoError(t, err)
+		key := regexp.MustCompile(`(?m)^(plugin\.security\.(?:choria\.seed_file|file\.key)) = (.*)$`)
+		m := key.FindSubmatch(b)
+		require.NotNil(t, m, "the dev stack's client configuration names its key")
+		seed, err := os.ReadFile(string(m[2]))
+		require.NoError(t, err)
+		dir := t.TempDir()
+		f := filepath.Join(dir, "identity.key")
+		require.NoError(t, os.WriteFile(f, seed, 0o600))
+		require.NoError(t, os.Chmod(f, 0o644))
+		conf := filepath.Join(dir, "client.conf")
+		require.NoError(t, os.WriteFile(conf, key.ReplaceAll(b, []byte("$1 = "+f)), 0o600))
+		out, code, st := check(nil, "--choria-config", conf)
+		require.Equal(t, 0, code, "go-choria reads it, as the Choria Provisioner did: a warning, not a failure\n%s", out)
+		require.Contains(t, st["file"], "warn", out)
+		require.Contains(t, out, f+": readable by others (mode 0644)")
+		require.Contains(t, out, "chmod 600 "+f)
+	})
 	t.Run("file unreadable by the service user", func(t *testing.T) {
 		if os.Geteuid() != 0 {
 			t.Skip("switching to another user needs root")
@@ -175,6 +226,21 @@ func TestIntegrationCheckPreflight(t *testing.T) {
 		require.Regexp(t, `FAIL\s+config\s+.*permission denied`, out)
 		require.Contains(t, out, fmt.Sprintf("let nobody into %s", firstClosedDir(t, cfgDir)))
 	})
+}
+
+// startRefused runs the service, which must exit non-zero at once (bounded: a service that
+// started after all is killed and fails the test); its output.
+func startRefused(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, selfBinary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, ctx.Err(), "the service started:\n%s", out)
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "the service must refuse to start:\n%s", out)
+	return string(out)
 }
 
 func dedupe(s []string) []string {

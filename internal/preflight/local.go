@@ -71,6 +71,9 @@ type ref struct {
 	key   string
 	path  string
 	write bool // the service appends to it (the log)
+	// secret: a key, seed or token no other user may read (config.CheckKeyFile); the service
+	// refuses its own (refuse), go-choria reads the Choria client's, which are warned about
+	secret, refuse bool
 }
 
 // refs lists every file the configuration (and its Choria client configuration) names.
@@ -90,22 +93,25 @@ func (r *runner) refs(cfg *config.Config) []ref {
 		}
 	}
 	if cfg.JWTSigningKey != "" {
-		out = append(out, ref{key: "jwt_signing_key", path: cfg.JWTSigningKey})
+		out = append(out, ref{key: "jwt_signing_key", path: cfg.JWTSigningKey, secret: true, refuse: true})
 	}
 	if cfg.JWTSigningToken != "" {
 		out = append(out, ref{key: "jwt_signing_token", path: cfg.JWTSigningToken})
 	}
 	if cfg.Temporal.CodecKeyFile != "" && os.Getenv(config.CodecKeyEnv) == "" {
-		out = append(out, ref{key: "temporal.codec_key_file", path: cfg.Temporal.CodecKeyFile})
+		out = append(out, ref{key: "temporal.codec_key_file", path: cfg.Temporal.CodecKeyFile, secret: true, refuse: true})
 	}
-	for _, f := range []struct{ key, path string }{
-		{"temporal.tls.ca_file", cfg.Temporal.TLS.CAFile},
-		{"temporal.tls.cert_file", cfg.Temporal.TLS.CertFile},
-		{"temporal.tls.key_file", cfg.Temporal.TLS.KeyFile},
-		{"temporal.api_key_file", cfg.Temporal.APIKeyFile},
+	for _, f := range []struct {
+		key, path string
+		secret    bool
+	}{
+		{"temporal.tls.ca_file", cfg.Temporal.TLS.CAFile, false},
+		{"temporal.tls.cert_file", cfg.Temporal.TLS.CertFile, false},
+		{"temporal.tls.key_file", cfg.Temporal.TLS.KeyFile, true},
+		{"temporal.api_key_file", cfg.Temporal.APIKeyFile, true},
 	} {
 		if f.path != "" {
-			out = append(out, ref{key: f.key, path: f.path})
+			out = append(out, ref{key: f.key, path: f.path, secret: f.secret, refuse: f.secret})
 		}
 	}
 	if cfg.Logfile != "" && cfg.Logfile != "-" {
@@ -130,20 +136,23 @@ func (r *runner) choriaRefs(cfg *config.Config) []ref {
 	}
 	c := cc.Choria
 	var out []ref
-	for _, f := range []struct{ key, path string }{
-		{"plugin.security.file.certificate", c.FileSecurityCertificate},
-		{"plugin.security.file.key", c.FileSecurityKey},
-		{"plugin.security.file.ca", c.FileSecurityCA},
-		{"plugin.security.choria.certificate", c.ChoriaSecurityCertificate},
-		{"plugin.security.choria.key", c.ChoriaSecurityKey},
-		{"plugin.security.choria.ca", c.ChoriaSecurityCA},
-		{"plugin.security.choria.token_file", c.ChoriaSecurityTokenFile},
-		{"plugin.security.choria.seed_file", c.ChoriaSecuritySeedFile},
-		{"plugin.choria.security.request_signer.token_file", c.RemoteSignerTokenFile},
-		{"plugin.choria.security.request_signer.seed_file", c.RemoteSignerTokenSeedFile},
+	for _, f := range []struct {
+		key, path string
+		secret    bool
+	}{
+		{"plugin.security.file.certificate", c.FileSecurityCertificate, false},
+		{"plugin.security.file.key", c.FileSecurityKey, true},
+		{"plugin.security.file.ca", c.FileSecurityCA, false},
+		{"plugin.security.choria.certificate", c.ChoriaSecurityCertificate, false},
+		{"plugin.security.choria.key", c.ChoriaSecurityKey, true},
+		{"plugin.security.choria.ca", c.ChoriaSecurityCA, false},
+		{"plugin.security.choria.token_file", c.ChoriaSecurityTokenFile, false},
+		{"plugin.security.choria.seed_file", c.ChoriaSecuritySeedFile, true},
+		{"plugin.choria.security.request_signer.token_file", c.RemoteSignerTokenFile, false},
+		{"plugin.choria.security.request_signer.seed_file", c.RemoteSignerTokenSeedFile, true},
 	} {
 		if f.path != "" {
-			out = append(out, ref{key: filepath.Base(cfg.ChoriaConfig) + " " + f.key, path: f.path})
+			out = append(out, ref{key: filepath.Base(cfg.ChoriaConfig) + " " + f.key, path: f.path, secret: f.secret})
 		}
 	}
 	return out
@@ -166,6 +175,18 @@ func (r *runner) checkFiles(cfg *config.Config) {
 		if err := access(f.path, 4); err != nil {
 			r.emit(Result{Name: "file", Status: Fail, Detail: fmt.Sprintf("%s: %s", what, r.problem(err)), Fix: r.permissionFix(f.path, err, false)})
 			continue
+		}
+		if f.secret {
+			var kf *config.KeyFileError
+			if err := config.CheckKeyFile(f.path); errors.As(err, &kf) {
+				st, then := Fail, "the service refuses it"
+				if !f.refuse {
+					// go-choria reads it, as the Choria Provisioner did: said, not refused
+					st, then = Warn, "the key of the provisioner's Choria identity"
+				}
+				r.emit(Result{Name: "file", Status: st, Detail: fmt.Sprintf("%s: %s by %s (mode %04o): %s", what, kf.What, kf.Who, kf.Mode.Perm(), then), Fix: kf.Fix})
+				continue
+			}
 		}
 		r.emit(Result{Name: "file", Status: OK, Detail: what + " readable by " + r.o.User})
 	}
