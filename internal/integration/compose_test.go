@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -299,9 +301,11 @@ func TestComposeImageRunsRubyHelpers(t *testing.T) {
 
 	// what the helper step sends: an ed25519 key, a CSR, the inventory
 	const identity = "ruby.demo.example"
-	pub, key, err := ed25519.GenerateKey(nil)
+	pub, _, err := ed25519.GenerateKey(nil)
 	require.NoError(t, err)
-	csrDER, err := x509.CreateCertificateRequest(nil, &x509.CertificateRequest{Subject: pkix.Name{CommonName: identity}}, key)
+	csrKey, err := rsa.GenerateKey(rand.Reader, 2048) // what go-choria's gencsr makes
+	require.NoError(t, err)
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: identity}}, csrKey)
 	require.NoError(t, err)
 	in := activities.HelperInput{
 		Identity:      identity,
