@@ -16,7 +16,13 @@ ARG VERSION=development
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=${VERSION}" -o /out/ ./cmd/choria-provisioner ./cmd/choria-provisioner-dev ./cmd/example-helper
 
 FROM debian:bookworm-slim
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/* \
+# What the Choria Provisioner's image gave site helpers, so theirs run here unchanged: Ruby at
+# /usr/bin/ruby with its standard library (the sample helpers and choria-io/helm's stock helper
+# require json, yaml, base64, net/http and openssl), and nc, ps, openssl and curl for shell
+# helpers; curl is also the compose stack's health check. No compilers: a helper needing a gem
+# with native code wants an image built FROM this one.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates ruby curl netcat-openbsd procps openssl \
+ && rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* \
  && groupadd --system --gid 2048 choria \
  && useradd --system --uid 2048 --gid 2048 --home /var/lib/choria-provisioner --create-home choria
 COPY --from=build /out/choria-provisioner /out/choria-provisioner-dev /out/example-helper /usr/bin/

@@ -6,9 +6,10 @@
 #  3. closes the engine's DOCKER-USER chain: container traffic to any address outside the
 #     engine's networks is refused while the stack runs (published ports on 127.0.0.1 and
 #     container-to-container traffic are all it needs),
-#  4. runs TestComposeStack (internal/integration/compose_test.go): up, every service's state,
-#     three servers provisioned, the Web UI decoding through the codec server, /metrics, down -v
-#     leaving nothing,
+#  4. runs TestComposeImageRunsRubyHelpers (a Ruby helper in the built image) and
+#     TestComposeStack (internal/integration/compose_test.go): up, every service's state and
+#     health, three servers provisioned, the Web UI decoding through the codec server after the
+#     browser's login there, /metrics, down -v leaving nothing,
 #  5. removes the rule and stops the engine, whatever happened.
 #
 # One run at a time per machine (a lock): the engine's iptables chains are the machine's.
@@ -67,9 +68,7 @@ iptables -C "${rule_tcp[@]}" 2>/dev/null || iptables -I "${rule_tcp[@]}"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 export COMPOSE_PROJECT_NAME=choria-provisioner-test
-export DEMO_TEMPORAL_PORT DEMO_UI_PORT DEMO_METRICS_PORT DEMO_CODEC_PORT DEMO_UID
-# the test's browser runs as this user: the codec server's dev mode serves that user's processes
-DEMO_UID=$(id -u)
+export DEMO_TEMPORAL_PORT DEMO_UI_PORT DEMO_METRICS_PORT DEMO_CODEC_PORT
 DEMO_TEMPORAL_PORT=$(free_port) DEMO_UI_PORT=$(free_port) DEMO_METRICS_PORT=$(free_port) DEMO_CODEC_PORT=$(free_port)
 
 # what an interrupted run may have left (the test itself checks that down -v leaves nothing)
@@ -78,7 +77,7 @@ docker-compose down -v --remove-orphans >/dev/null 2>&1 || true
 t=$SECONDS
 log="$root/.state/test-compose.log"
 rc=0
-go test -tags compose -count=1 -timeout 20m -v -run '^TestComposeStack$' ./internal/integration/ >"$log" 2>&1 9>&- || rc=$?
+go test -tags compose -count=1 -timeout 20m -v -run '^TestCompose(ImageRunsRubyHelpers|Stack)$' ./internal/integration/ >"$log" 2>&1 9>&- || rc=$?
 stack_s=$((SECONDS - t))
 if [ $rc -ne 0 ]; then
   tail -120 "$log"

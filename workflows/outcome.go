@@ -46,12 +46,18 @@ func (p *provisioner) deferHost(ctx workflow.Context, msg string) error {
 	if err := p.sleep(ctx, p.policy.DeferDelay, why); err != nil {
 		return err
 	}
+	// before a continue-as-new too: the continuation starts with this run's search attributes as
+	// they are now, and it is running again
+	p.status.Outcome = OutcomeRunning
+	if err := p.upsert(ctx, OutcomeKey.ValueSet(OutcomeRunning)); err != nil {
+		return err
+	}
 	if p.status.Defers-p.in.Defers >= continueAsNewDefers {
-		next := ProvisionInput{Identity: p.in.Identity, Source: SourceDiscovery, Defers: p.status.Defers}
+		// the same sighting, waited on: its source stays; its time is the first pass's only
+		next := ProvisionInput{Identity: p.in.Identity, Source: p.in.Source, Defers: p.status.Defers}
 		return workflow.NewContinueAsNewError(ctx, WorkflowName, next) // by name: workers register a method value
 	}
-	p.status.Outcome = OutcomeRunning
-	return p.upsert(ctx, OutcomeKey.ValueSet(OutcomeRunning))
+	return nil
 }
 
 func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*ProvisionResult, error) {

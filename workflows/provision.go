@@ -80,8 +80,12 @@ func (p *provisioner) setup(ctx workflow.Context, policy Policy) error {
 		return err
 	}
 	p.handlePause(ctx)
-	// starters set them (Starter.Options); a run started without them still gets them
-	if id, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(IdentityKey); ok && id == p.in.Identity {
+	// starters set them (Starter.Options); a run started without them still gets them, and one
+	// that started with another outcome (a continuation a worker before this one made carries
+	// its run's "deferred") is running
+	sa := workflow.GetTypedSearchAttributes(ctx)
+	id, _ := sa.GetKeyword(IdentityKey)
+	if outcome, _ := sa.GetKeyword(OutcomeKey); id == p.in.Identity && outcome == OutcomeRunning {
 		return nil
 	}
 	return p.upsert(ctx, IdentityKey.ValueSet(p.in.Identity), SiteKey.ValueSet(p.policy.Site), OutcomeKey.ValueSet(OutcomeRunning))

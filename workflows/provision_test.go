@@ -173,6 +173,9 @@ type ProvisionSuite struct {
 	policy Policy // the worker's; execute registers the workflow with it
 	// onUpsert sets a mock that must follow the registration (upserts)
 	onUpsert func()
+	// visible is what visibility holds of the run's keyword search attributes: those it started
+	// with (startWith) and, when upserts records them, every upsert folded in
+	visible map[string]string
 }
 
 var fullFlowNames = []string{activities.FetchJWTName, activities.Gen25519Name, activities.InventoryName, activities.RunHelperName,
@@ -182,10 +185,27 @@ func TestProvisionSuite(t *testing.T) { suite.Run(t, new(ProvisionSuite)) }
 
 func (s *ProvisionSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(input().Identity)})
+	s.startWith(testStarter.Options(input()))
 	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
 	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{}}
 	s.host.register(s.env)
+}
+
+// testStarter starts the suite's runs as discovery and the operator CLI start theirs.
+var testStarter = Starter{TaskQueue: "choria-provisioner", Site: "lab"}
+
+// startWith makes the next execute start its run with o, as Temporal starts a run a starter
+// asked for: the test environment takes the ID and the task queue from the options, and the
+// search attributes only when they are set on their own.
+func (s *ProvisionSuite) startWith(o client.StartWorkflowOptions) {
+	s.env.SetStartWorkflowOptions(o)
+	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(o.TypedSearchAttributes))
+	s.visible = map[string]string{}
+	for k, v := range o.TypedSearchAttributes.GetUntypedValues() {
+		if kw, ok := v.(string); ok {
+			s.visible[k.GetName()] = kw
+		}
+	}
 }
 
 // input is what a starter of ours writes for a sighting: the host and how it was found.
@@ -277,14 +297,22 @@ func (s *ProvisionSuite) upserts() *[]string {
 			step, _ := sa.GetKeyword(StepKey)
 			outcome, _ := sa.GetKeyword(OutcomeKey)
 			got = append(got, step+"/"+outcome)
+			for k, v := range sa.GetUntypedValues() {
+				if kw, ok := v.(string); ok {
+					s.visible[k.GetName()] = kw
+				} else {
+					delete(s.visible, k.GetName()) // an unset
+				}
+			}
 		}).Return(nil)
 	}
 	return &got
 }
 
+// The suite starts its runs as the starters do (Starter.Options), so its runs take the branches
+// production's take.
 func (s *ProvisionSuite) TestSearchAttributesAtTransitionsOnly() {
 	f, in := Features{JWT: true, ED25519: true}, input()
-	s.Require().NoError(s.env.SetTypedSearchAttributesOnStart(StartSearchAttributes(in.Identity, "lab")))
 	got := s.upserts()
 	s.execute(f, in)
 	s.result()
@@ -295,10 +323,11 @@ func (s *ProvisionSuite) TestSearchAttributesAtTransitionsOnly() {
 func (s *ProvisionSuite) TestFailedHostKeepsTheStepItFailedIn() {
 	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("bad config", activities.ErrTypeConfig, nil)
 	f, in := Features{JWT: true, ED25519: true}, input()
+	s.startWith(client.StartWorkflowOptions{ID: WorkflowID(in.Identity)}) // an older starter's: no search attributes
 	got := s.upserts()
 	s.execute(f, in)
 	s.Require().Error(s.env.GetWorkflowError())
-	// started without search attributes (an older starter): the run sets them itself
+	// started without search attributes: the run sets them itself
 	s.Equal([]string{"/running", "helper/", "configure/failed"}, *got)
 }
 
@@ -439,6 +468,57 @@ func (s *ProvisionSuite) TestLongDeferralContinuesAsNew() {
 	s.Require().NoError(converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
 	s.Equal(continueAsNewDefers, next.Defers)
 	s.Equal("n1.example", next.Identity)
+}
+
+// A continue-as-new starts the continuation with the search attributes its run has at the end
+// (the SDK sends them with the command): the continuation is running again, and its sighting
+// keeps the source it had.
+func (s *ProvisionSuite) TestContinuationIsRunningWithTheSourceOfItsSighting() {
+	s.host.helper = []activities.HelperOutput{{Defer: true, Msg: "later"}}
+	in := input()
+	in.Source = SourceEvent
+	s.startWith(testStarter.Options(in))
+	s.upserts()
+	s.execute(Features{}, in)
+	var can *workflow.ContinueAsNewError
+	s.Require().ErrorAs(s.env.GetWorkflowError(), &can)
+	var next ProvisionInput
+	s.Require().NoError(converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	s.Equal(SourceEvent, next.Source, "the continuation waits on the same sighting")
+	carried := s.visible
+	s.Equal(OutcomeRunning, carried[OutcomeKey.GetName()], "the continuation starts with what visibility shows at the end of its run")
+	s.Equal(in.Identity, carried[IdentityKey.GetName()])
+
+	// the continuation, started as Temporal starts it: with the carried attributes
+	s.SetupTest()
+	o := client.StartWorkflowOptions{ID: WorkflowID(in.Identity), TaskQueue: testStarter.TaskQueue}
+	var sa []temporal.SearchAttributeUpdate
+	for k, v := range carried {
+		sa = append(sa, temporal.NewSearchAttributeKeyKeyword(k).ValueSet(v))
+	}
+	o.TypedSearchAttributes = temporal.NewSearchAttributes(sa...)
+	s.startWith(o)
+	got := s.upserts()
+	s.execute(Features{}, next)
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	st := s.status()
+	s.Equal(SourceEvent, st.Source)
+	s.Equal(continueAsNewDefers, st.Defers)
+	s.Equal([]string{"helper/", "done/provisioned"}, *got, "nothing to correct at its start")
+}
+
+// A continuation that a worker before the fix made carries its run's "deferred": its first
+// workflow task shows it running.
+func (s *ProvisionSuite) TestRunStartedWithAnotherOutcomeIsRunning() {
+	in := input()
+	o := testStarter.Options(in)
+	o.TypedSearchAttributes = temporal.NewSearchAttributes(IdentityKey.ValueSet(in.Identity), SiteKey.ValueSet("lab"),
+		StepKey.ValueSet(StepDeferred), OutcomeKey.ValueSet(OutcomeDeferred))
+	s.startWith(o)
+	got := s.upserts()
+	s.execute(Features{}, ProvisionInput{Identity: in.Identity, Source: SourceDiscovery, Defers: continueAsNewDefers})
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Equal([]string{"/running", "helper/", "done/provisioned"}, *got)
 }
 func (s *ProvisionSuite) TestInvalidIdentityIsRejected() {
 	f, in := Features{}, input()

@@ -24,6 +24,7 @@ type codecServerCommand struct {
 	tokenFile string
 	origins   []string
 	devTrust  bool
+	login     bool
 	devUIDs   []uint32
 	issuer    string
 	audience  string
@@ -49,6 +50,7 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("oidc-key-refetch-interval", "Fetch the issuer's key set at most this often (a token naming an unknown key asks for it)").Default(codec.DefaultKeyRefetchInterval.String()).DurationVar(&c.refetch)
 	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
 	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
+	cmd.Flag("browser-login", "Serve "+codec.LoginPath+": a browser that presents the token there gets a session cookie, which a Web UI without a login sends from the --cors-origin origins (TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true)").UnNegatableBoolVar(&c.login)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode without a token for browsers from the --cors-origin origins run by this user (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
 	cmd.Flag("dev-trust-uid", "With --dev-trust-origins: the user ID whose browser is served (repeatable; default: this process's user)").Uint32ListVar(&c.devUIDs)
 }
@@ -69,7 +71,10 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs}
+	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs, BrowserLogin: c.login}
+	if c.login && len(c.origins) == 0 {
+		return errors.New("--browser-login needs the Web UI's origins (--cors-origin): its sessions are good from there only")
+	}
 	if c.issuer != "" || c.audience != "" || c.claim != "" || len(c.values) > 0 || c.anyUser {
 		o.OIDC, err = codec.NewOIDCVerifier(ctx, codec.OIDCOptions{Issuer: c.issuer, Audience: c.audience,
 			Claim: c.claim, Values: c.values, AnyUser: c.anyUser, KeyRefetchInterval: c.refetch})
@@ -102,6 +107,10 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 			who = "of every user (--oidc-any-user: no claim required)"
 		}
 		fmt.Printf("accepting access tokens of %s for audience %s %s\n", c.issuer, c.audience, who)
+	}
+	if c.login {
+		// the page only: the token is never printed
+		fmt.Printf("browser login at %s://%s%s for the Web UI at %s\n", scheme, addr, codec.LoginPath, strings.Join(c.origins, ", "))
 	}
 	if c.devTrust {
 		who := fmt.Sprintf("user %d", os.Getuid())

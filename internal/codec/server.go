@@ -39,6 +39,12 @@ type ServerOptions struct {
 	// DevTrustUIDs are the users whose processes DevTrustOrigins serves; empty: this process's
 	// user. A codec server in a container (the compose stack) names the host user's browser.
 	DevTrustUIDs []uint32
+	// BrowserLogin serves a login page (LoginPath): a browser that presents the bearer token
+	// there gets a session cookie, and requests from Origins that carry it are served as if they
+	// carried the token. It is how a Web UI without a login of its own decodes (it sends cookies
+	// with TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true): the browser becomes a holder of the token,
+	// so no one is served who could not have sent the token, whatever the listener.
+	BrowserLogin bool
 	// OIDC, when set, also accepts the bearer tokens a Web UI with a login passes
 	// (TEMPORAL_CODEC_PASS_ACCESS_TOKEN): JWTs of the identity provider for the audience.
 	OIDC *OIDCVerifier
@@ -60,6 +66,7 @@ type ServerOptions struct {
 // to no workflow, so what it encodes is refused by a worker wherever the SDK names the workflow.
 func Handler(c *Codec, o ServerOptions) http.Handler {
 	api := converter.NewPayloadCodecHTTPHandler(c)
+	login := loginHandler(o)
 	allowed := map[string]bool{}
 	for _, origin := range o.Origins {
 		allowed[strings.TrimRight(origin, "/")] = true
@@ -72,6 +79,18 @@ func Handler(c *Codec, o ServerOptions) http.Handler {
 	}
 	want := []byte("Bearer " + o.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case HealthPath:
+			// for a container's health check: says nothing but that it serves
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			_, _ = io.WriteString(w, "ok\n")
+			return
+		case LoginPath:
+			if o.BrowserLogin {
+				login.ServeHTTP(w, r)
+				return
+			}
+		}
 		origin := r.Header.Get("Origin")
 		known := origin != "" && allowed[origin]
 		if known {
@@ -92,6 +111,9 @@ func Handler(c *Codec, o ServerOptions) http.Handler {
 			if bearer, found := strings.CutPrefix(auth, "Bearer "); found && bearer != "" {
 				ok = o.OIDC.Verify(r.Context(), bearer) == nil
 			}
+		}
+		if !ok && o.BrowserLogin && known {
+			ok = validSession(r, o.Token)
 		}
 		if !ok && !(o.DevTrustOrigins && known && o.sameUser(r)) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
