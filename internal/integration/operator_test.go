@@ -309,10 +309,13 @@ func TestIntegrationSweepListsTheRunsAtWork(t *testing.T) {
 
 	var ids map[string]struct{}
 	require.Eventually(t, func() bool {
-		ids, err = discovery.AbsorbingRuns(ctx, e.client)
+		ids, err = discovery.AbsorbingRuns(ctx, e.client, opts.TaskQueue)
 		_, listed := ids[workflows.WorkflowID(waiting)]
 		return err == nil && listed
-	}, 20*time.Second, 200*time.Millisecond, "the waiting run is not listed as at work: %v", err)
+	}, 20*time.Second, 200*time.Millisecond, "the waiting run is not listed as at work on its task queue: %v", err)
+	ids, err = discovery.AbsorbingRuns(ctx, e.client, e.cfg.Temporal.TaskQueue)
+	require.NoError(t, err)
+	require.NotContains(t, ids, workflows.WorkflowID(waiting), "a run on another task queue is no run of this provisioner's")
 	require.NotContains(t, ids, workflows.WorkflowID(slow.Identity), "a run in its helper is described, not listed")
 	require.NotContains(t, ids, workflows.WorkflowID(done.Identity), "a closed run is not at work")
 
