@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	enumspb "go.temporal.io/api/enums/v1"
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -24,8 +24,8 @@ type fakeClient struct {
 	status enumspb.WorkflowExecutionStatus
 	// workflowType is the latest run's type ("": the provisioner's)
 	workflowType string
-	starts []client.StartWorkflowOptions
-	inputs []workflows.ProvisionInput
+	starts       []client.StartWorkflowOptions
+	inputs       []workflows.ProvisionInput
 }
 
 func (f *fakeClient) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
