@@ -262,6 +262,9 @@ func (h *hostsCommand) printDetail(d *operator.Detail) error {
 	fmt.Fprintf(w, "Identity:\t%s\n", safe(d.Identity))
 	fmt.Fprintf(w, "Workflow:\t%s (run %s)\n", safe(d.WorkflowID), d.RunID)
 	fmt.Fprintf(w, "Site:\t%s\n", safe(d.Site))
+	if d.Foreign != "" {
+		fmt.Fprintf(w, "Started by:\tsomeone else, %s\n", safe(d.Foreign))
+	}
 	fmt.Fprintf(w, "Status:\t%s, outcome %s, step %s\n", d.Host.Status, safe(d.Outcome), safe(d.Step))
 	fmt.Fprintf(w, "Started:\t%s\n", d.Started.Local().Format(time.RFC3339))
 	if !d.Closed.IsZero() {
