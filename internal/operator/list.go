@@ -183,6 +183,9 @@ func (o *Operator) ListPage(ctx context.Context, f Filter, p Page) (*Listing, er
 	if err != nil {
 		return nil, err
 	}
+	if f.Outcome == "" && f.Step == "" && f.Site == "" && p == (Page{}) {
+		return o.listAll(ctx, f)
+	}
 	l := &Listing{}
 	err = o.candidates(ctx, f, cur, func(c candidate) bool {
 		if !c.latestRun() || (f.Text != "" && !strings.Contains(c.run.Identity, f.Text)) {
@@ -201,6 +204,39 @@ func (o *Operator) ListPage(ctx context.Context, f Filter, p Page) (*Listing, er
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing hosts: %w", err)
+	}
+	o.fillReasons(ctx, l.Hosts)
+	return l, nil
+}
+
+// listAll is the whole listing without filters: every run of ours is a candidate, so it reads
+// them all once and keeps each workflow ID's newest (by start time), instead of reading each
+// page's hosts' runs again to confirm them.
+func (o *Operator) listAll(ctx context.Context, f Filter) (*Listing, error) {
+	latest := map[string]*Host{}
+	var order []string
+	err := hostruns.Each(ctx, o.C, o.Query(f), func(r hostruns.Run) bool {
+		cur, seen := latest[r.WorkflowID]
+		switch {
+		case !seen:
+			h := o.hostOf(r)
+			latest[r.WorkflowID], order = &h, append(order, r.WorkflowID)
+		case r.Started.After(cur.Started):
+			h := o.hostOf(r)
+			h.Runs = cur.Runs
+			*cur = h
+		}
+		latest[r.WorkflowID].Runs++
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing hosts: %w", unreachable(err))
+	}
+	l := &Listing{}
+	for _, id := range order {
+		if h := latest[id]; f.Text == "" || strings.Contains(h.Identity, f.Text) {
+			l.Hosts = append(l.Hosts, *h)
+		}
 	}
 	o.fillReasons(ctx, l.Hosts)
 	return l, nil

@@ -200,3 +200,19 @@ func TestQueries(t *testing.T) {
 	require.Equal(t, base+" AND ProvisionOutcome = 'provisioned' AND ProvisionSite = 'dc1'", o.Query(Filter{Outcome: workflows.OutcomeProvisioned, Site: "dc1"}))
 	require.Equal(t, base, o.Query(Filter{Text: "web"}), "text is matched on the client: visibility has no substring match")
 }
+
+// Without filters every run of ours is a candidate: the listing reads them once (no query of
+// their hosts' runs) and keeps each host's newest.
+func TestListingEveryHostReadsEachRunOnce(t *testing.T) {
+	fv := &fakeVisibility{candidate: func(i *workflowpb.WorkflowExecutionInfo) bool { return hostruns.Decode(i).Ours("tq") },
+		runs: fleet(t, "a:running", "b:completed", "a:failed", "b:failed", "c:failed")}
+	o := &Operator{C: fv, TaskQueue: "tq"}
+	hosts, err := o.List(context.Background(), Filter{})
+	require.NoError(t, err)
+	require.Len(t, fv.queries, 1)
+	got := map[string]string{}
+	for _, h := range hosts {
+		got[h.Identity] = fmt.Sprintf("%s/%d", h.Status, h.Runs)
+	}
+	require.Equal(t, map[string]string{"a": "Running/2", "b": "Completed/2", "c": "Failed/1"}, got)
+}

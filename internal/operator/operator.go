@@ -93,9 +93,13 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 	return strings.TrimPrefix(s.String(), "WorkflowExecutionStatus")
 }
 
+// reasonReads bounds the history reads of a listing's failure reasons in flight: each is a
+// small read of one close event, and a listing of 2,000 failed hosts waits for all of them.
+const reasonReads = 32
+
 // fillReasons reads the failure message of failed runs (it is not in visibility).
 func (o *Operator) fillReasons(ctx context.Context, hosts []Host) {
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, reasonReads)
 	var wg sync.WaitGroup
 	for i := range hosts {
 		if hosts[i].Status != "Failed" && hosts[i].Status != "Terminated" && hosts[i].Status != "TimedOut" {
