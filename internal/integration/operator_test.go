@@ -395,6 +395,9 @@ func TestIntegrationRetryFailedSkipsWhatIsNotOurs(t *testing.T) {
 	out, code = e.cli(nil, "retry", squatted.Identity)
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "not a provisioner's")
+	out, code = e.cli(nil, "show", squatted.Identity)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `someone else, not a provisioner's run: workflow type "Squat"`)
 
 	out, code = e.cli(nil, "retry", "--failed", "--dry-run")
 	require.Equal(t, 1, code, "a skipped host fails the command: %s", out)
