@@ -67,6 +67,7 @@ func (h *hostsCommand) register(app *fisk.Application) {
 	list.Flag("text", "Only identities containing this text").StringVar(&h.filter.Text)
 	list.Flag("limit", "At most this many hosts, and the token of the next page (0: all)").IntVar(&h.page.Limit)
 	list.Flag("after", "Continue a listing from the page token an earlier one printed").StringVar(&h.page.Token)
+	list.Flag("no-reasons", "Skip the failed hosts' reasons: a history read each, most of the time of a listing of thousands").UnNegatableBoolVar(&h.page.NoReasons)
 
 	show := hosts.Command("show", "Show a host's status and step timeline")
 	show.Arg("identity", "Host identity").Required().StringsVar(&h.identities)
