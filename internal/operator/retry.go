@@ -19,9 +19,9 @@ import (
 // start a workflow of any type under a host's workflow ID, and the operator leaves it alone.
 var ErrNotOurs = errors.New("host's latest run is not a provisioner's")
 
-// retryWorkers bounds the retries in flight (each a describe and a start); new_hosts_rate paces
-// them.
-const retryWorkers = 16
+// retryWorkers bounds the starts of a bulk retry in flight; new_hosts_rate paces them (at 50 a
+// second, 64 keep the pace while a start takes up to a second on a busy Temporal).
+const retryWorkers = 64
 
 // latestRun describes a host's latest run: ErrUnknownHost when it has none, ErrNotOurs when a
 // provisioner did not start it, ErrAlreadyRunning when it is open.
@@ -54,11 +54,17 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 	if status := statusName(r.Status); status == "Completed" || status == "ContinuedAsNew" {
 		return fmt.Errorf("%w: %s is %s; use reprovision to provision it again", ErrNotFailed, identity, strings.ToLower(status))
 	}
+	return o.start(ctx, identity)
+}
+
+// start starts a host's new run with the retry's options: Temporal starts it only when the
+// latest run failed (or was canceled, terminated or timed out), and an open run is an error.
+func (o *Operator) start(ctx context.Context, identity string) error {
 	in := workflows.ProvisionInput{Identity: identity, Source: workflows.SourceOperator}
-	_, err = o.C.ExecuteWorkflow(ctx, o.Starter.RetryOptions(in), workflows.WorkflowName, in)
+	_, err := o.C.ExecuteWorkflow(ctx, o.Starter.RetryOptions(in), workflows.WorkflowName, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
-		return fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)
+		return fmt.Errorf("%w: %s (or its latest run did not fail)", ErrAlreadyRunning, identity)
 	}
 	return unreachable(err)
 }
@@ -127,7 +133,9 @@ func (o *Operator) failedLatest(ctx context.Context, f Filter, sum *RetrySummary
 	return ids, nil
 }
 
-// startAll retries ids, retryWorkers at a time and at most StartRate a second.
+// startAll retries ids, retryWorkers at a time and at most StartRate a second. The listing found
+// each host's latest run failed and a provisioner's, so it starts without a describe: Temporal
+// itself refuses the start when the latest run is open or did not fail by then.
 func (o *Operator) startAll(ctx context.Context, ids []string, sum *RetrySummary, progress func(done, total int)) {
 	lim := rate.NewLimiter(rate.Inf, 1)
 	if o.StartRate > 0 {
@@ -144,7 +152,7 @@ func (o *Operator) startAll(ctx context.Context, ids []string, sum *RetrySummary
 			for id := range work {
 				err := lim.Wait(ctx)
 				if err == nil {
-					err = o.Retry(ctx, id)
+					err = o.start(ctx, id)
 				}
 				mu.Lock()
 				if err != nil {
