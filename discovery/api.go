@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -113,9 +114,7 @@ type Starter interface {
 }
 
 // Lister is the part of the Temporal client a sweep lists the open runs with.
-type Lister interface {
-	ListWorkflow(ctx context.Context, request *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
-}
+type Lister = hostruns.Lister
 
 // PauseChecker tells whether fleet-wide provisioning is paused.
 type PauseChecker interface {

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -86,7 +87,7 @@ func (r *recordingStarter) DescribeWorkflowExecution(ctx context.Context, id, ru
 	if r.latest == nil {
 		return nil, serviceerror.NewNotFound("workflow not found")
 	}
-	resp := &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: r.latest}
+	resp := &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: ours(r.latest)}
 	for i := 0; i < r.pending; i++ {
 		resp.PendingActivities = append(resp.PendingActivities, &workflowpb.PendingActivityInfo{ActivityId: fmt.Sprint(i)})
 	}
@@ -157,4 +158,15 @@ func searchAttrs(t *testing.T, kv map[string]string) *commonpb.SearchAttributes 
 		sa.IndexedFields[k] = p
 	}
 	return sa
+}
+
+// ours is info as a run a provisioner on task queue "tq" started says it (a test's run names its
+// type and task queue only when it is someone else's).
+func ours(info *workflowpb.WorkflowExecutionInfo) *workflowpb.WorkflowExecutionInfo {
+	if info.GetType() != nil {
+		return info
+	}
+	info = proto.Clone(info).(*workflowpb.WorkflowExecutionInfo)
+	info.Type, info.TaskQueue = &commonpb.WorkflowType{Name: workflows.WorkflowName}, "tq"
+	return info
 }

@@ -8,9 +8,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -44,6 +44,8 @@ func (d *Discoverer) sighted(ctx context.Context, identity, source string, seenA
 			if source == workflows.SourceDiscovery {
 				return false, nil
 			}
+		case takeOver:
+			return true, d.startWith(ctx, identity, source, seenAt, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
 		}
 	}
 	return true, d.start(ctx, identity, source, seenAt)
@@ -57,6 +59,7 @@ const (
 	openRun                  // a run is at work on the host and absorbs the sighting
 	finishing                // a run past its restart RPC (or between steps): judge once it has closed
 	staleSeen                // the host left provisioning mode after the sighting: drop it
+	takeOver                 // a workflow not ours holds the host's ID: start the host's run in its place
 	unjudged                 // Temporal could not say: refuse it, for a sweep Temporal can judge
 )
 
@@ -88,12 +91,15 @@ func (d *Discoverer) check(ctx context.Context, identity string, seenAt time.Tim
 		return unjudged
 	}
 	info := resp.GetWorkflowExecutionInfo()
+	if run := hostruns.Decode(info); !run.Ours(d.opts.Start.TaskQueue) {
+		return d.squatted(identity, run)
+	}
 	switch info.GetStatus() {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		// a run past its restart RPC, waiting for its last workflow task, has no activity pending
 		// and will not serve this sighting; one with an activity pending, deferred, or not yet at
 		// its helper will
-		if len(resp.GetPendingActivities()) == 0 && mayBeFinishing(info) {
+		if len(resp.GetPendingActivities()) == 0 && mayBeFinishing(hostruns.Decode(info)) {
 			return finishing
 		}
 		return openRun
@@ -132,28 +138,27 @@ func (d *Discoverer) checkCompleted(ctx context.Context, identity string, info *
 
 // mayBeFinishing says whether an open run may be past its restart RPC, by its search attributes:
 // at its helper (a run upserts no step after it) or at restart, and not deferred.
-func mayBeFinishing(info *workflowpb.WorkflowExecutionInfo) bool {
-	if keyword(info, workflows.OutcomeKey.GetName()) == workflows.OutcomeDeferred {
+func mayBeFinishing(r hostruns.Run) bool {
+	if r.Outcome == workflows.OutcomeDeferred {
 		return false
 	}
-	switch keyword(info, workflows.StepKey.GetName()) {
+	switch r.Step {
 	case workflows.StepHelper, workflows.StepRestart:
 		return true
 	}
 	return false
 }
 
-// keyword reads a keyword search attribute from a run's description ("" when unset).
-func keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
-	p, ok := info.GetSearchAttributes().GetIndexedFields()[name]
-	if !ok {
-		return ""
+// squatted judges a sighting whose host's workflow ID holds a run a provisioner did not start
+// (another workflow type or task queue: any namespace client may start one under the ID). It is
+// no run of the host's: a closed one is passed over, an open one is replaced by the host's run.
+func (d *Discoverer) squatted(identity string, r hostruns.Run) verdict {
+	if !r.Running() {
+		return startRun
 	}
-	var v string
-	if converter.GetDefaultDataConverter().FromPayload(p, &v) != nil {
-		return ""
-	}
-	return v
+	d.log.Warn("a workflow a provisioner did not start holds the host's workflow ID; the host's run replaces it",
+		zap.String(logging.FieldIdentity, identity), zap.String("workflow_type", r.Type), zap.String("task_queue", r.TaskQueue))
+	return takeOver
 }
 
 func (d *Discoverer) dropStale(identity string) {

@@ -207,3 +207,38 @@ func TestSightingTemporalCannotJudgeIsRefused(t *testing.T) {
 	require.Len(t, s.calls, 1)
 	require.Equal(t, 2.0, unjudged())
 }
+
+// A workflow a provisioner did not start (another type, or another task queue) under a host's
+// workflow ID is no run of the host's: an open one is replaced by the host's run, a closed one
+// is passed over (its result is never read), and neither absorbs the sighting.
+func TestASquattedWorkflowIDDoesNotBlockTheHost(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	squat := func(status enumspb.WorkflowExecutionStatus, typ, queue string) *workflowpb.WorkflowExecutionInfo {
+		return &workflowpb.WorkflowExecutionInfo{Status: status, Type: &commonpb.WorkflowType{Name: typ}, TaskQueue: queue,
+			CloseTime: timestamppb.New(now.Add(-time.Second))}
+	}
+	running, completed := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	for name, c := range map[string]struct {
+		latest   *workflowpb.WorkflowExecutionInfo
+		conflict enumspb.WorkflowIdConflictPolicy
+	}{
+		"open, another type":        {squat(running, "Squat", "tq"), enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING},
+		"open, another task queue":  {squat(running, workflows.WorkflowName, "elsewhere"), enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING},
+		"closed, another type":      {squat(completed, "Squat", "tq"), enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING},
+		"open, ours: absorbs, kept": {squat(running, workflows.WorkflowName, "tq"), enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &recordingStarter{latest: c.latest, pending: 1}
+			d, _ := newTestDiscoverer(t, s)
+			d.now = func() time.Time { return now }
+			require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now.Add(-10*time.Second)))
+			if c.conflict == enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED {
+				require.Empty(t, s.calls, "a run of ours absorbs a sweep's sighting")
+				return
+			}
+			require.Len(t, s.calls, 1)
+			require.Equal(t, c.conflict, s.calls[0].WorkflowIDConflictPolicy)
+			require.Zero(t, s.results, "a foreign run's result is not read")
+		})
+	}
+}

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	enumspb "go.temporal.io/api/enums/v1"
 	"sync"
 	"time"
 
@@ -148,6 +149,8 @@ func (d *Discoverer) settleOne(w settling) bool {
 		d.gate.refuse(metrics.RefusedUnjudged, "", nil)
 	case v == startRun:
 		_ = d.start(w.ctx, w.identity, w.source, w.at)
+	case v == takeOver:
+		_ = d.startWith(w.ctx, w.identity, w.source, w.at, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
 	case w.source == workflows.SourceEvent:
 		// the run is open (or still finishing after the last look) and absorbs the sighting, as
 		// an open run does; an event of it is handed over as an event of an open run is

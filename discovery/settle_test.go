@@ -47,7 +47,7 @@ func (f *fleetStarter) DescribeWorkflowExecution(_ context.Context, id, _ string
 		info = &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
 			CloseTime: timestamppb.New(time.Now().Add(-time.Hour)), Execution: &commonpb.WorkflowExecution{RunId: "r1"}}
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: ours(info)}, nil
 }
 
 func (f *fleetStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {

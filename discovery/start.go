@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/logging"
@@ -16,9 +17,19 @@ import (
 // nothing). It is the one place discovery starts a run, with the start options every starter
 // shares (workflows.Starter.Options).
 func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt time.Time) error {
+	return d.startWith(ctx, identity, source, seenAt, enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED)
+}
+
+// startWith is start with another conflict policy than the starter's (unspecified: the
+// starter's): TerminateExisting replaces a workflow a provisioner did not start (judged by
+// check), whatever holds the ID by the time the start reaches Temporal.
+func (d *Discoverer) startWith(ctx context.Context, identity, source string, seenAt time.Time, conflict enumspb.WorkflowIdConflictPolicy) error {
 	in := workflows.ProvisionInput{Identity: identity, Source: source, SeenAt: seenAt}
 	opts := d.opts.Start.Options(in)
 	opts.EnableEagerStart = d.eagerStart(source)
+	if conflict != enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED {
+		opts.WorkflowIDConflictPolicy = conflict
+	}
 	_, err := d.starter.ExecuteWorkflow(ctx, opts, workflows.WorkflowName, in)
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -10,10 +10,9 @@ import (
 	choriaclient "github.com/choria-io/go-choria/client/client"
 	"github.com/choria-io/go-choria/inter"
 	"github.com/choria-io/go-choria/protocol"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -179,7 +178,7 @@ func (d *Discoverer) listOpen(ctx context.Context) *openRuns {
 		defer close(o.done)
 		lctx, cancel := context.WithTimeout(ctx, ListTimeout)
 		defer cancel()
-		ids, err := AbsorbingRuns(lctx, d.starter)
+		ids, err := AbsorbingRuns(lctx, d.starter, d.opts.Start.TaskQueue)
 		if err != nil {
 			d.log.Warn("could not list the open runs, describing each sighted host's run instead", zap.Error(err))
 			return
@@ -200,34 +199,34 @@ func (o *openRuns) absorbs(ctx context.Context, identity string) bool {
 	return ok
 }
 
-// listPageSize is the runs per page of that listing (the visibility store's usual maximum).
-const listPageSize = 1000
-
-// AbsorbingRuns lists, in one paged visibility query, the workflow IDs of the open runs that
-// absorb a sweep's sighting of their host: the runs before their helper, and deferred ones. A run
-// at its helper or restart may be past its restart RPC (runs upsert no step after the helper)
-// and is described, as every run was before. The listing can lag the runs by a moment (the
-// visibility store is written after the history): a run listed before its helper that has since
-// finished has restarted its host, so a sighting it absorbs is an echo; one that failed since
-// is found again by the next sweep. Every open run is listed, whatever its task queue: a
-// describe by workflow ID, which it replaces, did not look at the task queue either.
-func AbsorbingRuns(ctx context.Context, l Lister) (map[string]struct{}, error) {
+// AbsorbingRuns lists, in one paged visibility query, the workflow IDs of the open runs of ours
+// (workflow type and taskQueue: a workflow anyone else started under a host's ID is no run of
+// the host's, and is judged by a describe) that absorb a sweep's sighting of their host: the
+// runs before their helper, and deferred ones. A run at its helper or restart may be past its
+// restart RPC (runs upsert no step after the helper) and is described. The listing can lag the
+// runs by a moment (the visibility store is written after the history): a run listed before its
+// helper that has since finished has restarted its host, so a sighting it absorbs is an echo; one
+// that failed since is found again by the next sweep. At most SweepQueueSize runs are kept, as
+// many as a sweep may sight: past them the listing fails, and each sighting is described.
+func AbsorbingRuns(ctx context.Context, l Lister, taskQueue string) (map[string]struct{}, error) {
 	ids := map[string]struct{}{}
-	query := workflows.HostsQuery{Running: true}.String()
-	var token []byte
-	for {
-		resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			PageSize: listPageSize, NextPageToken: token, Query: query})
-		if err != nil {
-			return nil, fmt.Errorf("listing the open runs: %w", err)
+	tooMany := false
+	query := workflows.HostsQuery{TaskQueue: taskQueue, Running: true}.String()
+	err := hostruns.Each(ctx, l, query, func(r hostruns.Run) bool {
+		if !r.Running() || !r.Ours(taskQueue) || mayBeFinishing(r) {
+			return true
 		}
-		for _, info := range resp.GetExecutions() {
-			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && !mayBeFinishing(info) {
-				ids[info.GetExecution().GetWorkflowId()] = struct{}{}
-			}
+		if tooMany = len(ids) >= SweepQueueSize; tooMany {
+			return false
 		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return ids, nil
-		}
+		ids[r.WorkflowID] = struct{}{}
+		return true
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("listing the open runs: %w", err)
+	case tooMany:
+		return nil, fmt.Errorf("more than %d open runs", SweepQueueSize)
 	}
+	return ids, nil
 }

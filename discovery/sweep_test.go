@@ -21,6 +21,7 @@ import (
 func TestSweepJudgesHostsAtWorkByOneListing(t *testing.T) {
 	run := func(identity string, status enumspb.WorkflowExecutionStatus, attrs map[string]string) *workflowpb.WorkflowExecutionInfo {
 		return &workflowpb.WorkflowExecutionInfo{Status: status, SearchAttributes: searchAttrs(t, attrs),
+			Type: &commonpb.WorkflowType{Name: workflows.WorkflowName}, TaskQueue: "tq",
 			Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(identity), RunId: "r-" + identity}}
 	}
 	step, outcome := workflows.StepKey.GetName(), workflows.OutcomeKey.GetName()
@@ -37,10 +38,10 @@ func TestSweepJudgesHostsAtWorkByOneListing(t *testing.T) {
 		run("closed", enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, nil))
 
 	s := &recordingStarter{open: open}
-	ids, err := AbsorbingRuns(context.Background(), s)
+	ids, err := AbsorbingRuns(context.Background(), s, "tq")
 	require.NoError(t, err)
 	require.Len(t, s.lists, 3)
-	require.Equal(t, "WorkflowType = 'ProvisionHost' AND ExecutionStatus = 'Running'", s.lists[0].Query)
+	require.Equal(t, "WorkflowType = 'ProvisionHost' AND TaskQueue = 'tq' AND ExecutionStatus = 'Running'", s.lists[0].Query)
 	require.Len(t, ids, 2502)
 	for _, id := range []string{"queued0", "queued2499", "reading", "deferred"} {
 		require.Contains(t, ids, workflows.WorkflowID(id))
@@ -77,7 +78,7 @@ func TestSweepJudgesHostsAtWorkByOneListing(t *testing.T) {
 
 	// the listing fails: every sighting is described, as before
 	s = &recordingStarter{open: open, listErr: serviceerror.NewUnavailable("visibility store down")}
-	_, err = AbsorbingRuns(context.Background(), s)
+	_, err = AbsorbingRuns(context.Background(), s, "tq")
 	require.ErrorContains(t, err, "visibility store down")
 	d, _ = newTestDiscoverer(t, s)
 	o = d.listOpen(context.Background())

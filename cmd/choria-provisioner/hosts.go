@@ -8,12 +8,14 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/choria-io/fisk"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/operator"
@@ -40,26 +42,42 @@ type hostsCommand struct {
 	failed       bool
 	reason       string
 	timeout      time.Duration
+	page         operator.Page
+	dryRun       bool
+	countReqs    bool
+	requests     *requestCounter
 	out          io.Writer
+	// progress is where a bulk retry draws its progress bar: stderr when stdout and stderr are
+	// terminals, else nowhere (a `\r` redrawn bar in a log or a pipe is noise)
+	progress io.Writer
 }
 
 func (h *hostsCommand) register(app *fisk.Application) {
 	h.out = os.Stdout
+	if terminal(os.Stdout) && terminal(os.Stderr) {
+		h.progress = os.Stderr
+	}
 	hosts := app.Command("hosts", "Inspect and repair hosts through Temporal")
 	hosts.Flag("config", "Provisioner configuration file (its temporal section and codec key are used)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&h.config)
-	hosts.Flag("json", "JSON output").UnNegatableBoolVar(&h.json)
+	hosts.Flag("json", "JSON output: one object a line").UnNegatableBoolVar(&h.json)
+	hosts.Flag("count-requests", "Print the Temporal requests the command made, by method, on stderr").Hidden().UnNegatableBoolVar(&h.countReqs)
 
-	list := hosts.Command("list", "List hosts, the latest run of each")
+	list := hosts.Command("list", "List hosts, the latest run of each: open runs first, then the most recently closed")
 	h.filterFlags(list)
 	list.Flag("text", "Only identities containing this text").StringVar(&h.filter.Text)
+	list.Flag("limit", "At most this many hosts, and the token of the next page (0: all)").IntVar(&h.page.Limit)
+	list.Flag("after", "Continue a listing from the page token an earlier one printed").StringVar(&h.page.Token)
+	list.Flag("no-reasons", "Skip the failed hosts' reasons: a history read each, most of the time of a listing of thousands").UnNegatableBoolVar(&h.page.NoReasons)
 
 	show := hosts.Command("show", "Show a host's status and step timeline")
 	show.Arg("identity", "Host identity").Required().StringsVar(&h.identities)
 
 	retry := hosts.Command("retry", "Start failed hosts again (one, several, or --failed)")
 	retry.Arg("identity", "Host identities").StringsVar(&h.identities)
-	retry.Flag("failed", "Retry every host whose latest run failed").UnNegatableBoolVar(&h.failed)
+	retry.Flag("failed", "Retry every host whose latest run, a provisioner's, failed; at new_hosts_rate").UnNegatableBoolVar(&h.failed)
+	retry.Flag("dry-run", "With --failed: say which hosts would be retried and skipped, start none").UnNegatableBoolVar(&h.dryRun)
 	h.filterFlags(retry)
+	retry.Flag("text", "Only identities containing this text").StringVar(&h.filter.Text)
 
 	repro := hosts.Command("reprovision", "Ask provisioned servers to re-enter provisioning mode (Choria RPC); each is then provisioned again")
 	repro.Arg("identity", "Host identities").Required().StringsVar(&h.identities)
@@ -76,13 +94,17 @@ func (h *hostsCommand) register(app *fisk.Application) {
 }
 
 func (h *hostsCommand) filterFlags(cmd *fisk.CmdClause) {
-	cmd.Flag("outcome", "Only hosts with this outcome (running, deferred, failed, provisioned, shutdown)").StringVar(&h.filter.Outcome)
+	cmd.Flag("outcome", "Only hosts with this outcome (running, deferred, failed, provisioned, shutdown; failed is every run closed without completing)").StringVar(&h.filter.Outcome)
 	cmd.Flag("step", "Only hosts at this step").StringVar(&h.filter.Step)
 	cmd.Flag("site", "Only hosts of this site").StringVar(&h.filter.Site)
 }
 
 // run executes the subcommand and returns the process exit code.
 func (h *hostsCommand) run(ctx context.Context, cmd string) int {
+	if h.countReqs {
+		h.requests = &requestCounter{}
+		defer h.requests.print(os.Stderr)
+	}
 	err := h.dispatch(ctx, strings.TrimPrefix(cmd, "hosts "))
 	switch {
 	case err == nil:
@@ -110,11 +132,16 @@ func (h *hostsCommand) operator(ctx context.Context) (*operator.Operator, func()
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := service.DialTemporal(dctx, cfg, zap.NewNop())
+	var dial []grpc.DialOption
+	if h.requests != nil {
+		dial = append(dial, grpc.WithChainUnaryInterceptor(h.requests.intercept))
+	}
+	c, err := service.DialTemporalWith(dctx, cfg, zap.NewNop(), dial...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", operator.ErrUnreachable, err)
 	}
-	return &operator.Operator{C: c, DC: dc, Starter: service.Starter(cfg), TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace}, c.Close, nil
+	return &operator.Operator{C: c, DC: dc, Starter: service.Starter(cfg), TaskQueue: cfg.Temporal.TaskQueue, Namespace: cfg.Temporal.Namespace,
+		StartRate: cfg.NewHostsRate, StartBurst: cfg.NewHostsBurst}, c.Close, nil
 }
 
 func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
@@ -128,11 +155,11 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 	defer closer()
 	switch cmd {
 	case "list":
-		hosts, err := op.List(ctx, h.filter)
+		l, err := op.ListPage(ctx, h.filter, h.page)
 		if err != nil {
 			return err
 		}
-		return h.printHosts(hosts)
+		return h.printListing(l)
 	case "show":
 		return h.show(ctx, op)
 	case "retry":
@@ -177,10 +204,31 @@ func whoami() string {
 	return "operator"
 }
 
-func (h *hostsCommand) printHosts(hosts []operator.Host) error {
+// printListing prints a page of hosts and, when there are more, the token of the next: with
+// --json, a host a line and then {"next": token}.
+func (h *hostsCommand) printListing(l *operator.Listing) error {
 	if h.json {
-		return json.NewEncoder(h.out).Encode(hosts)
+		enc := json.NewEncoder(h.out)
+		for _, x := range l.Hosts {
+			if err := enc.Encode(x); err != nil {
+				return err
+			}
+		}
+		if l.Next != "" {
+			return enc.Encode(map[string]string{"next": l.Next})
+		}
+		return nil
 	}
+	if err := h.printHosts(l.Hosts); err != nil {
+		return err
+	}
+	if l.Next != "" {
+		fmt.Fprintf(h.out, "more: --after %s\n", l.Next)
+	}
+	return nil
+}
+
+func (h *hostsCommand) printHosts(hosts []operator.Host) error {
 	w := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(w, "IDENTITY\tSITE\tOUTCOME\tSTEP\tSTATUS\tRUNS\tSTARTED\tREASON")
 	for _, x := range hosts {
@@ -215,6 +263,9 @@ func (h *hostsCommand) printDetail(d *operator.Detail) error {
 	fmt.Fprintf(w, "Identity:\t%s\n", safe(d.Identity))
 	fmt.Fprintf(w, "Workflow:\t%s (run %s)\n", safe(d.WorkflowID), d.RunID)
 	fmt.Fprintf(w, "Site:\t%s\n", safe(d.Site))
+	if d.Foreign != "" {
+		fmt.Fprintf(w, "Started by:\tsomeone else, %s\n", safe(d.Foreign))
+	}
 	fmt.Fprintf(w, "Status:\t%s, outcome %s, step %s\n", d.Host.Status, safe(d.Outcome), safe(d.Step))
 	fmt.Fprintf(w, "Started:\t%s\n", d.Started.Local().Format(time.RFC3339))
 	if !d.Closed.IsZero() {
@@ -272,36 +323,95 @@ func (h *hostsCommand) timeline(steps []workflows.StepRecord) error {
 
 func (h *hostsCommand) retry(ctx context.Context, op *operator.Operator) error {
 	if h.failed {
-		start := time.Now()
-		sum, err := op.RetryFailed(ctx, h.filter, func(done, total int) {
-			fmt.Fprintf(os.Stderr, "\rretrying failed hosts %s %d/%d", bar(done, total, 30), done, total)
-		})
-		fmt.Fprintln(os.Stderr)
-		if err != nil {
-			return err
-		}
-		if h.json {
-			return json.NewEncoder(h.out).Encode(sum)
-		}
-		fmt.Fprintf(h.out, "retried %d hosts in %v", len(sum.Retried), time.Since(start).Round(time.Millisecond))
-		if len(sum.Skipped) > 0 {
-			fmt.Fprintf(h.out, ", skipped %d:\n", len(sum.Skipped))
-			for id, why := range sum.Skipped {
-				fmt.Fprintf(h.out, "  %s: %s\n", safe(id), safe(why))
-			}
-		} else {
-			fmt.Fprintln(h.out)
-		}
-		return nil
+		return h.retryFailed(ctx, op)
 	}
 	if len(h.identities) == 0 {
 		return errors.New("name the hosts to retry, or use --failed")
+	}
+	if h.dryRun {
+		return errors.New("--dry-run goes with --failed")
 	}
 	for _, id := range h.identities {
 		if err := op.Retry(ctx, id); err != nil {
 			return err
 		}
 		fmt.Fprintf(h.out, "retrying %s\n", id)
+	}
+	return nil
+}
+
+// retryFailed retries the failed hosts and says which it skipped: any skipped host makes the
+// command fail, so that a script or a pipeline sees it.
+func (h *hostsCommand) retryFailed(ctx context.Context, op *operator.Operator) error {
+	start := time.Now()
+	req := operator.RetryRequest{Filter: h.filter, DryRun: h.dryRun}
+	if h.progress != nil {
+		req.Prog = func(done, total int) {
+			fmt.Fprintf(h.progress, "\rretrying failed hosts %s %d/%d", bar(done, total, 30), done, total)
+		}
+	}
+	sum, err := op.Retries(ctx, req)
+	if h.progress != nil && !h.dryRun {
+		fmt.Fprintln(h.progress)
+	}
+	if err != nil {
+		return err
+	}
+	if err := h.printRetries(sum, time.Since(start)); err != nil {
+		return err
+	}
+	if len(sum.Skipped) > 0 {
+		return fmt.Errorf("%d of %d failed hosts skipped", len(sum.Skipped), len(sum.Skipped)+len(sum.Retried))
+	}
+	return nil
+}
+
+// printRetries prints a bulk retry's summary: with --json, a line a host, {"identity", "action"
+// (retried, would-retry, skipped), "reason"}.
+func (h *hostsCommand) printRetries(sum *operator.RetrySummary, took time.Duration) error {
+	skipped := make([]string, 0, len(sum.Skipped))
+	for id := range sum.Skipped {
+		skipped = append(skipped, id)
+	}
+	sort.Strings(skipped)
+	verb := "retried"
+	if sum.DryRun {
+		verb = "would-retry"
+	}
+	if h.json {
+		type line struct {
+			Identity string `json:"identity"`
+			Action   string `json:"action"`
+			Reason   string `json:"reason,omitempty"`
+		}
+		enc := json.NewEncoder(h.out)
+		for _, id := range sum.Retried {
+			if err := enc.Encode(line{Identity: id, Action: verb}); err != nil {
+				return err
+			}
+		}
+		for _, id := range skipped {
+			if err := enc.Encode(line{Identity: id, Action: "skipped", Reason: sum.Skipped[id]}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if sum.DryRun {
+		for _, id := range sum.Retried {
+			fmt.Fprintf(h.out, "would retry %s\n", safe(id))
+		}
+		fmt.Fprintf(h.out, "would retry %d hosts", len(sum.Retried))
+	} else {
+		fmt.Fprintf(h.out, "retried %d hosts in %v", len(sum.Retried), took.Round(time.Millisecond))
+	}
+	if len(skipped) == 0 {
+		fmt.Fprintln(h.out)
+		return nil
+	}
+	fmt.Fprintf(h.out, ", skipped %d:\n", len(skipped))
+	for _, id := range skipped {
+		fmt.Fprintf(h.out, "  %s: %s\n", safe(id), safe(sum.Skipped[id]))
 	}
 	return nil
 }

@@ -165,8 +165,18 @@ func TestComposeStack(t *testing.T) {
 	var hosts []operator.Host
 	require.Eventually(t, func() bool {
 		out, err := exec.Command(selfBinary, "hosts", "list", "--json", "--config", cfg).Output()
-		if err != nil || json.Unmarshal(out, &hosts) != nil {
+		if err != nil {
 			return false
+		}
+		hosts = nil
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") { // a host a line
+			var h operator.Host
+			if line != "" && json.Unmarshal([]byte(line), &h) != nil {
+				return false
+			}
+			if line != "" {
+				hosts = append(hosts, h)
+			}
 		}
 		done := 0
 		for _, h := range hosts {

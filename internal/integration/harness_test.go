@@ -61,6 +61,7 @@ type envOptions struct {
 	failing           int                                       // the example helper refuses the first n servers (devstack.StackOptions.Failing)
 	uiCodecEndpoint   string                                    // the Web UI decodes through this codec server
 	faults            bool                                      // fault proxies between the provisioner and the broker and Temporal
+	interval          string                                    // discovery's sweep interval (default 1m)
 }
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
@@ -76,7 +77,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts := devstack.StackOptions{
 		Dir: dir, Self: devBinary, TemporalAddress: temporalAddress, Servers: 0,
 		IdentityPrefix: name + "-", TaskQueue: "it-" + name, DeferDelay: "2s", LogLevel: "info", Mode: o.mode,
-		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint, FaultProxies: o.faults,
+		Failing: o.failing, UICodecEndpoint: o.uiCodecEndpoint, FaultProxies: o.faults, Interval: o.interval,
 	}
 	if o.ownTemporalWithUI || o.ownTemporal {
 		bin, err := devstack.FindTemporalBinary()

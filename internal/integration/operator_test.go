@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/control"
@@ -309,10 +312,13 @@ func TestIntegrationSweepListsTheRunsAtWork(t *testing.T) {
 
 	var ids map[string]struct{}
 	require.Eventually(t, func() bool {
-		ids, err = discovery.AbsorbingRuns(ctx, e.client)
+		ids, err = discovery.AbsorbingRuns(ctx, e.client, opts.TaskQueue)
 		_, listed := ids[workflows.WorkflowID(waiting)]
 		return err == nil && listed
-	}, 20*time.Second, 200*time.Millisecond, "the waiting run is not listed as at work: %v", err)
+	}, 20*time.Second, 200*time.Millisecond, "the waiting run is not listed as at work on its task queue: %v", err)
+	ids, err = discovery.AbsorbingRuns(ctx, e.client, e.cfg.Temporal.TaskQueue)
+	require.NoError(t, err)
+	require.NotContains(t, ids, workflows.WorkflowID(waiting), "a run on another task queue is no run of this provisioner's")
 	require.NotContains(t, ids, workflows.WorkflowID(slow.Identity), "a run in its helper is described, not listed")
 	require.NotContains(t, ids, workflows.WorkflowID(done.Identity), "a closed run is not at work")
 
@@ -323,4 +329,103 @@ func TestIntegrationSweepListsTheRunsAtWork(t *testing.T) {
 	e.setFlag("helper-slow", false)
 	e.waitProvisioned(60*time.Second, slow)
 	e.runs(slow.Identity, 1)
+}
+
+// jsonLines parses the lines of out that are JSON objects (a command's stderr lines are not).
+func jsonLines[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var got []T
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var v T
+		require.NoError(t, json.Unmarshal([]byte(l), &v), l)
+		got = append(got, v)
+	}
+	return got
+}
+
+// `hosts list` and `hosts retry --failed` at work on a site where a namespace client started a
+// workflow of its own under a failed host's workflow ID: the listing pages and prints JSON lines;
+// the retry retries the provisioner's failed hosts only, says it skipped the squatted one and
+// exits non-zero (its --dry-run too, starting nothing); and the squatter does not keep discovery
+// from provisioning the host: the next sweep's run replaces it.
+func TestIntegrationRetryFailedSkipsWhatIsNotOurs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{servers: 3, helper: switchableHelper(t), interval: "1h"})
+	e.setFlag("helper-broken", true)
+	svc := e.provisioner("replica-a")
+	ctx := context.Background()
+	e.waitFailed(3)
+
+	squatted := e.stack.Fleet.Members[2]
+	squat, err := e.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.WorkflowID(squatted.Identity),
+		TaskQueue: e.cfg.Temporal.TaskQueue + "-squatter"}, "Squat")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.client.TerminateWorkflow(ctx, squat.GetID(), squat.GetRunID(), "test over") })
+	failed := []string{e.stack.Fleet.Identity(0), e.stack.Fleet.Identity(1)}
+
+	var hosts []operator.Host
+	require.Eventually(t, func() bool {
+		out, code := e.cli(nil, "list", "--outcome", "failed", "--json")
+		hosts = jsonLines[operator.Host](t, out)
+		return code == 0 && len(hosts) == 2
+	}, 20*time.Second, 250*time.Millisecond, "the squatted host's latest run is not a failed one: %+v", hosts)
+	for _, h := range hosts {
+		require.Contains(t, failed, h.Identity)
+		require.Equal(t, workflows.OutcomeFailed, h.Outcome)
+		require.Contains(t, h.Reason, "CA is down")
+	}
+
+	// two pages of one host
+	out, code := e.cli(nil, "list", "--outcome", "failed", "--limit", "1")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "1 hosts")
+	_, token, ok := strings.Cut(out, "more: --after ")
+	require.True(t, ok, out)
+	next, code := e.cli(nil, "list", "--outcome", "failed", "--after", strings.TrimSpace(token))
+	require.Equal(t, 0, code, next)
+	require.Contains(t, next, "1 hosts")
+	require.NotContains(t, next, "more:")
+	for _, id := range failed {
+		require.True(t, strings.Contains(out, id) != strings.Contains(next, id), "%s on one page exactly:\n%s\n%s", id, out, next)
+	}
+
+	out, code = e.cli(nil, "retry", squatted.Identity)
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "not a provisioner's")
+	out, code = e.cli(nil, "show", squatted.Identity)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `someone else, not a provisioner's run: workflow type "Squat"`)
+
+	out, code = e.cli(nil, "retry", "--failed", "--dry-run")
+	require.Equal(t, 1, code, "a skipped host fails the command: %s", out)
+	require.Contains(t, out, "would retry 2 hosts, skipped 1")
+	require.Contains(t, out, squatted.Identity+`: not a provisioner's run: workflow type "Squat"`)
+	for _, id := range failed {
+		require.Contains(t, out, "would retry "+id)
+		e.runs(id, 1)
+	}
+
+	e.setFlag("helper-broken", false)
+	out, code = e.cli(nil, "retry", "--failed", "--json")
+	require.Equal(t, 1, code, out)
+	require.NotContains(t, out, "\r", "no progress bar when stdout is not a terminal")
+	type action struct{ Identity, Action, Reason string }
+	got := map[string]string{}
+	for _, a := range jsonLines[action](t, out) {
+		got[a.Identity] = a.Action
+	}
+	require.Equal(t, map[string]string{failed[0]: "retried", failed[1]: "retried", squatted.Identity: "skipped"}, got)
+	e.waitProvisioned(60*time.Second, e.stack.Fleet.Members[:2]...)
+
+	// the squatted host is still in provisioning mode: a sweep finds it and its run replaces the
+	// squatter
+	_, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	e.waitProvisioned(60*time.Second, squatted)
+	desc, err := e.client.DescribeWorkflowExecution(ctx, squat.GetID(), squat.GetRunID())
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, desc.GetWorkflowExecutionInfo().GetStatus())
 }

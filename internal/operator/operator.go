@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -16,13 +15,12 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/api/serviceerror"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/internal/control"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -41,6 +39,10 @@ type Operator struct {
 	Starter   workflows.Starter // how a retry starts a host's new run
 	TaskQueue string
 	Namespace string // empty: Temporal's default namespace
+	// StartRate paces a bulk retry's starts, a second (new_hosts_rate: a retry adds to the
+	// runs discovery starts), StartBurst at once; 0 is unlimited
+	StartRate  float64
+	StartBurst int
 	// Now is injectable for tests.
 	Now func() time.Time
 }
@@ -66,6 +68,9 @@ type Host struct {
 	Closed     time.Time `json:"closed,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	Runs       int       `json:"runs"`
+	// Foreign says who started the run when a provisioner did not (any namespace client may
+	// start a workflow under a host's ID): such a run is never retried
+	Foreign string `json:"foreign,omitempty"`
 }
 
 func (o *Operator) now() time.Time {
@@ -73,12 +78,6 @@ func (o *Operator) now() time.Time {
 		return o.Now()
 	}
 	return time.Now()
-}
-
-// Query builds the visibility query of every run of f's hosts (Outcome, Step and Site are
-// matched on the latest run only, by List): also what `temporal workflow list --query` takes.
-func (o *Operator) Query(f Filter) string {
-	return workflows.HostsQuery{TaskQueue: o.TaskQueue, Outcome: f.Outcome, Step: f.Step, Site: f.Site}.String()
 }
 
 func unreachable(err error) error {
@@ -90,78 +89,17 @@ func unreachable(err error) error {
 	return err
 }
 
-// List returns the latest run of every host matching f. Outcome, step and site are matched on
-// the latest run only, so a host that failed once and was provisioned later is not "failed".
-func (o *Operator) List(ctx context.Context, f Filter) ([]Host, error) {
-	latest := map[string]*Host{}
-	var token []byte
-	for {
-		resp, err := o.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: o.Query(Filter{}), NextPageToken: token, PageSize: 1000})
-		if err != nil {
-			return nil, unreachable(fmt.Errorf("listing hosts: %w", err))
-		}
-		for _, ex := range resp.Executions {
-			h := o.hostOf(ex)
-			if cur, ok := latest[h.WorkflowID]; ok {
-				h.Runs = cur.Runs + 1
-				if cur.Started.After(h.Started) {
-					cur.Runs = h.Runs
-					continue
-				}
-			} else {
-				h.Runs = 1
-			}
-			latest[h.WorkflowID] = &h
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			break
-		}
-	}
-	var out []Host
-	for _, h := range latest {
-		if (f.Outcome != "" && h.Outcome != f.Outcome) || (f.Step != "" && h.Step != f.Step) ||
-			(f.Site != "" && h.Site != f.Site) || (f.Text != "" && !strings.Contains(h.Identity, f.Text)) {
-			continue
-		}
-		out = append(out, *h)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Identity < out[j].Identity })
-	o.fillReasons(ctx, out)
-	return out, nil
-}
-
-func (o *Operator) hostOf(ex *workflowpb.WorkflowExecutionInfo) Host {
-	h := Host{WorkflowID: ex.GetExecution().GetWorkflowId(), RunID: ex.GetExecution().GetRunId(), Status: statusName(ex.GetStatus())}
-	h.Identity, _ = workflows.IdentityFromWorkflowID(h.WorkflowID)
-	if t := ex.GetStartTime(); t != nil {
-		h.Started = t.AsTime()
-	}
-	if t := ex.GetCloseTime(); t != nil {
-		h.Closed = t.AsTime()
-	}
-	sa := converter.GetDefaultDataConverter()
-	fields := ex.GetSearchAttributes().GetIndexedFields()
-	get := func(name string) string {
-		var v string
-		if p, ok := fields[name]; ok {
-			_ = sa.FromPayload(p, &v)
-		}
-		return v
-	}
-	h.Site, h.Outcome, h.Step = get(workflows.SiteKey.GetName()), get(workflows.OutcomeKey.GetName()), get(workflows.StepKey.GetName())
-	if h.Outcome == "" && ex.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		h.Outcome = strings.ToLower(h.Status) // closed before it could record one: canceled, terminated
-	}
-	return h
-}
-
 func statusName(s enumspb.WorkflowExecutionStatus) string {
 	return strings.TrimPrefix(s.String(), "WorkflowExecutionStatus")
 }
 
+// reasonReads bounds the history reads of a listing's failure reasons in flight: each is a
+// small read of one close event, and a listing of 2,000 failed hosts waits for all of them.
+const reasonReads = 32
+
 // fillReasons reads the failure message of failed runs (it is not in visibility).
 func (o *Operator) fillReasons(ctx context.Context, hosts []Host) {
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, reasonReads)
 	var wg sync.WaitGroup
 	for i := range hosts {
 		if hosts[i].Status != "Failed" && hosts[i].Status != "Terminated" && hosts[i].Status != "TimedOut" {
@@ -240,7 +178,10 @@ func (o *Operator) Show(ctx context.Context, identity string) (*Detail, error) {
 	if err != nil {
 		return nil, unreachable(fmt.Errorf("describing %s: %w", identity, err))
 	}
-	d := &Detail{Host: o.hostOf(desc.GetWorkflowExecutionInfo())}
+	d := &Detail{Host: o.hostOf(hostruns.Decode(desc.GetWorkflowExecutionInfo()))}
+	if d.Foreign != "" {
+		return d, nil // its status query and steps are not the provisioner's
+	}
 	if d.Host.Status != "Running" && d.Host.Status != "Completed" {
 		d.Reason = o.closeReason(ctx, id, d.RunID)
 	}
@@ -261,88 +202,6 @@ func (o *Operator) Show(ctx context.Context, identity string) (*Detail, error) {
 		}
 	}
 	return d, nil
-}
-
-// lastStatus is the status of a host's latest run; a running one is ErrAlreadyRunning.
-func (o *Operator) lastStatus(ctx context.Context, identity string) (string, error) {
-	desc, err := o.C.DescribeWorkflowExecution(ctx, workflows.WorkflowID(identity), "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return "", fmt.Errorf("%w: %s has no provisioning workflow", ErrUnknownHost, identity)
-	}
-	if err != nil {
-		return "", unreachable(err)
-	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
-	if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return "", fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)
-	}
-	return statusName(status), nil
-}
-
-// Retry starts a new run of a host whose latest run failed (or was canceled, terminated, or
-// timed out).
-func (o *Operator) Retry(ctx context.Context, identity string) error {
-	status, err := o.lastStatus(ctx, identity)
-	if err != nil {
-		return err
-	}
-	if status == "Completed" || status == "ContinuedAsNew" {
-		return fmt.Errorf("%w: %s is %s; use reprovision to provision it again", ErrNotFailed, identity, strings.ToLower(status))
-	}
-	in := workflows.ProvisionInput{Identity: identity, Source: workflows.SourceOperator}
-	_, err = o.C.ExecuteWorkflow(ctx, o.Starter.RetryOptions(in), workflows.WorkflowName, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &started) {
-		return fmt.Errorf("%w: %s", ErrAlreadyRunning, identity)
-	}
-	return unreachable(err)
-}
-
-// RetrySummary says what a bulk retry did.
-type RetrySummary struct {
-	Retried []string          `json:"retried"`
-	Skipped map[string]string `json:"skipped,omitempty"` // identity -> why
-}
-
-// RetryFailed retries every host whose latest run failed and matches f; progress is called after
-// each host.
-func (o *Operator) RetryFailed(ctx context.Context, f Filter, progress func(done, total int)) (*RetrySummary, error) {
-	f.Outcome = workflows.OutcomeFailed
-	hosts, err := o.List(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	sum := &RetrySummary{Skipped: map[string]string{}}
-	var mu sync.Mutex
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	done := 0
-	for _, h := range hosts {
-		if h.Status == "Running" {
-			continue // failed outcome but still running cannot happen; be safe
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(id string) {
-			defer func() { <-sem; wg.Done() }()
-			err := o.Retry(ctx, id)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				sum.Skipped[id] = err.Error()
-			} else {
-				sum.Retried = append(sum.Retried, id)
-			}
-			done++
-			if progress != nil {
-				progress(done, len(hosts))
-			}
-		}(h.Identity)
-	}
-	wg.Wait()
-	sort.Strings(sum.Retried)
-	return sum, nil
 }
 
 // Cancel cancels a host's running workflow.

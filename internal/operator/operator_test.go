@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -21,12 +22,22 @@ import (
 type fakeClient struct {
 	client.Client
 	status enumspb.WorkflowExecutionStatus
-	starts []client.StartWorkflowOptions
-	inputs []workflows.ProvisionInput
+	// workflowType is the latest run's type ("": the provisioner's)
+	workflowType string
+	starts       []client.StartWorkflowOptions
+	inputs       []workflows.ProvisionInput
 }
 
 func (f *fakeClient) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: f.status}}, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: f.status,
+		Type: &commonpb.WorkflowType{Name: f.typeName()}, TaskQueue: "tq"}}, nil
+}
+
+func (f *fakeClient) typeName() string {
+	if f.workflowType != "" {
+		return f.workflowType
+	}
+	return workflows.WorkflowName
 }
 
 func (f *fakeClient) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
@@ -58,12 +69,12 @@ func TestRetryStartsWithTheStartersOptionsNarrowed(t *testing.T) {
 	o.C = fc
 	require.ErrorIs(t, o.Retry(context.Background(), "n1.example"), ErrNotFailed)
 	require.Empty(t, fc.starts)
-}
 
-// The operator's listing and `temporal workflow list --query` read the contract's query.
-func TestQueryIsTheContracts(t *testing.T) {
-	o := &Operator{TaskQueue: "tq"}
-	require.Equal(t, workflows.HostsQuery{TaskQueue: "tq", Outcome: workflows.OutcomeFailed}.String(), o.Query(Filter{Outcome: workflows.OutcomeFailed}))
+	// nor is a host whose latest run someone else started under its ID
+	fc = &fakeClient{status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, workflowType: "Squat"}
+	o.C = fc
+	require.ErrorIs(t, o.Retry(context.Background(), "n1.example"), ErrNotOurs)
+	require.Empty(t, fc.starts)
 }
 
 // Failure messages are encrypted in history: operators read them with the codec key, and are

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -134,16 +136,16 @@ func (r *runner) checkCodecMatches(ctx context.Context, cfg *config.Config, tc c
 	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
 	q := workflows.HostsQuery{TaskQueue: cfg.Temporal.TaskQueue}.String()
-	list, err := tc.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: cfg.Temporal.Namespace, Query: q, PageSize: 1})
+	list, _, err := hostruns.Page(ctx, tc, q, nil, 1)
 	if err != nil {
 		r.emit(Result{Name: "codec", Status: Fail, Detail: fmt.Sprintf("listing host workflows: %v", err), Fix: "check visibility on the namespace (advanced visibility is required)"})
 		return
 	}
-	if len(list.GetExecutions()) == 0 {
+	if len(list) == 0 {
 		r.emit(Result{Name: "codec", Status: OK, Detail: fmt.Sprintf("no host workflows on task queue %s yet: nothing to decrypt", cfg.Temporal.TaskQueue)})
 		return
 	}
-	ex := list.GetExecutions()[0].GetExecution()
+	ex := &commonpb.WorkflowExecution{WorkflowId: list[0].WorkflowID, RunId: list[0].RunID}
 	hist, err := tc.WorkflowService().GetWorkflowExecutionHistory(ctx, &workflowservice.GetWorkflowExecutionHistoryRequest{Namespace: cfg.Temporal.Namespace, Execution: ex, MaximumPageSize: 1})
 	if err != nil || len(hist.GetHistory().GetEvents()) == 0 {
 		r.emit(Result{Name: "codec", Status: Warn, Detail: fmt.Sprintf("could not read the history of %s: %v", ex.GetWorkflowId(), err)})
