@@ -18,17 +18,16 @@ func ProvisionerControl(ctx workflow.Context, state ControlState) error {
 	}
 	requests := controlRequests(ctx)
 	for handled := 0; handled < controlContinueAfter; handled++ {
-		var req ControlRequest
-		requests.Receive(ctx, &req)
-		if ctx.Err() != nil {
+		req, ok := requests.Receive(ctx)
+		if !ok {
 			return ctx.Err()
 		}
 		state = applyControl(ctx, state, req)
 	}
 	// drain what arrived meanwhile so no request is lost across the continue-as-new
 	for {
-		var req ControlRequest
-		if !requests.ReceiveAsync(&req) {
+		req, ok := requests.ReceiveAsync(ctx)
+		if !ok {
 			return workflow.NewContinueAsNewError(ctx, ProvisionerControl, state)
 		}
 		state = applyControl(ctx, state, req)

@@ -67,8 +67,8 @@ func (e *RefusedSignalError) Is(target error) bool { return target == ErrRefused
 //     run's own task queue, ControlWorkflowID(queue): the operator's SignalWithStart seals for it
 //     (the control workflow's ID) and so does the batch that signals the running hosts;
 //   - decodes strictly as a ControlRequest naming the signal's action and the run's task queue;
-//   - was made within ControlRequestMaxAge before the workflow task that reads it (and at most
-//     ControlRequestSkew after), and not before the last request the run accepted.
+//   - was made within ControlRequestMaxAge before the workflow task in which the run reads it (and
+//     at most ControlRequestSkew after), and not before the last request the run accepted.
 //
 // Everything else is dropped and reported to refused once (not again on a replay). A refusal
 // costs one workflow task and no command, so a hostile signal can neither change the state nor
@@ -105,24 +105,28 @@ func (i *controlSignalsInbound) HandleSignal(ctx workflow.Context, in *intercept
 	default:
 		return i.Next.HandleSignal(ctx, in)
 	}
-	info := workflow.GetInfo(ctx)
-	req, reason, err := i.admit(in.SignalName, info.TaskQueueName, in.Arg, workflow.Now(ctx))
+	req, reason, err := i.admit(in.SignalName, workflow.GetInfo(ctx).TaskQueueName, in.Arg)
 	if err != nil {
-		if !workflow.IsReplaying(ctx) && i.c.refused != nil {
-			i.c.refused(&RefusedSignalError{Reason: reason, Signal: in.SignalName, WorkflowID: info.WorkflowExecution.ID, Err: err})
-		}
+		i.refuse(ctx, reason, in.SignalName, err)
 		return nil // dropped: failing the task would let any sender wedge the run
 	}
 	if !i.requests(ctx).SendAsync(req) {
 		return fmt.Errorf("%d verified control requests wait unread", controlRequestsSize)
 	}
-	i.last = req.At
 	return nil
 }
 
-// ExecuteWorkflow hands the run the channel of verified requests, in its context.
+// refuse reports a refused signal once: not again when the run replays.
+func (i *controlSignalsInbound) refuse(ctx workflow.Context, reason, signal string, err error) {
+	if !workflow.IsReplaying(ctx) && i.c.refused != nil {
+		i.c.refused(&RefusedSignalError{Reason: reason, Signal: signal, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Err: err})
+	}
+}
+
+// ExecuteWorkflow hands the run its reader of verified requests, in its context.
 func (i *controlSignalsInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	return i.Next.ExecuteWorkflow(workflow.WithValue(ctx, controlRequestsKey{}, i.requests(ctx)), in)
+	i.requests(ctx)
+	return i.Next.ExecuteWorkflow(workflow.WithValue(ctx, controlRequestsKey{}, i), in)
 }
 
 // requests is the run's channel of verified requests. A signal may come before the run's code
@@ -141,17 +145,53 @@ const controlRequestsSize = 10000
 
 type controlRequestsKey struct{}
 
-// controlRequests is the channel of verified pause and resume requests of the run in ctx: never
-// one when the worker does not verify them (no ControlSignals), so no signal reaches the run.
-func controlRequests(ctx workflow.Context) workflow.ReceiveChannel {
-	if ch, ok := ctx.Value(controlRequestsKey{}).(workflow.Channel); ok {
-		return ch
+// requestReader is how a run reads the pause and resume requests ControlSignals verified.
+type requestReader struct {
+	in *controlSignalsInbound // nil: the worker does not verify them (no ControlSignals)
+	ch workflow.ReceiveChannel
+}
+
+// controlRequests is the reader of the run in ctx: one that never receives when the worker does
+// not verify the requests, so that no signal reaches the run.
+func controlRequests(ctx workflow.Context) requestReader {
+	if in, ok := ctx.Value(controlRequestsKey{}).(*controlSignalsInbound); ok {
+		return requestReader{in: in, ch: in.ch}
 	}
-	return workflow.NewChannel(ctx)
+	return requestReader{ch: workflow.NewChannel(ctx)}
+}
+
+// Receive blocks until the next request made in time arrives; ok is false when ctx ended.
+func (r requestReader) Receive(ctx workflow.Context) (req ControlRequest, ok bool) {
+	for ctx.Err() == nil {
+		r.ch.Receive(ctx, &req)
+		if ctx.Err() == nil && r.timely(ctx, req) {
+			return req, true
+		}
+	}
+	return ControlRequest{}, false
+}
+
+// ReceiveAsync is the next request made in time that has arrived, if any.
+func (r requestReader) ReceiveAsync(ctx workflow.Context) (req ControlRequest, ok bool) {
+	for r.ch.ReceiveAsync(&req) {
+		if r.timely(ctx, req) {
+			return req, true
+		}
+	}
+	return ControlRequest{}, false
+}
+
+func (r requestReader) timely(ctx workflow.Context, req ControlRequest) bool {
+	if err := r.in.timely(req, workflow.Now(ctx)); err != nil {
+		r.in.refuse(ctx, SignalStale, req.Action, err)
+		return false
+	}
+	r.in.last = req.At
+	return true
 }
 
 // admit checks one pause or resume signal; it returns the request or why it is refused.
-func (i *controlSignalsInbound) admit(signal, queue string, arg *commonpb.Payloads, now time.Time) (ControlRequest, string, error) {
+func (i *controlSignalsInbound) admit(signal, queue string, arg *commonpb.Payloads) (ControlRequest, string, error) {
 	var req ControlRequest
 	if signal == ControlRequestChannel {
 		return req, SignalMisdirected, errors.New("the channel of verified requests takes no signal")
@@ -183,12 +223,20 @@ func (i *controlSignalsInbound) admit(signal, queue string, arg *commonpb.Payloa
 		return req, SignalMisdirected, fmt.Errorf("the request is for task queue %q, the run is on %q", req.TaskQueue, queue)
 	case req.At.IsZero():
 		return req, SignalMalformed, errors.New("the request does not say when it was made")
-	case req.At.Before(now.Add(-ControlRequestMaxAge)):
-		return req, SignalStale, fmt.Errorf("the request was made at %s, more than %s before %s", req.At.UTC().Format(time.RFC3339), ControlRequestMaxAge, now.UTC().Format(time.RFC3339))
-	case req.At.After(now.Add(ControlRequestSkew)):
-		return req, SignalStale, fmt.Errorf("the request says it was made at %s, after %s", req.At.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
-	case req.At.Before(i.last):
-		return req, SignalStale, fmt.Errorf("the request was made at %s, before the last one accepted (%s)", req.At.UTC().Format(time.RFC3339), i.last.UTC().Format(time.RFC3339))
 	}
 	return req, "", nil
+}
+
+// timely checks when req was made against now, the time of the workflow task that reads it (a
+// signal is handled before its task's time is known, so this waits for the run to read it).
+func (i *controlSignalsInbound) timely(req ControlRequest, now time.Time) error {
+	switch {
+	case req.At.Before(now.Add(-ControlRequestMaxAge)):
+		return fmt.Errorf("the request was made at %s, more than %s before %s", req.At.UTC().Format(time.RFC3339), ControlRequestMaxAge, now.UTC().Format(time.RFC3339))
+	case req.At.After(now.Add(ControlRequestSkew)):
+		return fmt.Errorf("the request says it was made at %s, after %s", req.At.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	case req.At.Before(i.last):
+		return fmt.Errorf("the request was made at %s, before the last one accepted (%s)", req.At.UTC().Format(time.RFC3339), i.last.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

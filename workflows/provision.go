@@ -94,12 +94,12 @@ func (p *provisioner) setup(ctx workflow.Context, policy Policy) error {
 func (p *provisioner) handlePause(ctx workflow.Context) {
 	requests := controlRequests(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		for ctx.Err() == nil {
-			var req ControlRequest
-			requests.Receive(ctx, &req)
-			if ctx.Err() == nil {
-				p.status.Paused = req.Action == PauseSignal
+		for {
+			req, ok := requests.Receive(ctx)
+			if !ok {
+				return
 			}
+			p.status.Paused = req.Action == PauseSignal
 		}
 	})
 }

@@ -88,12 +88,19 @@ var ErrUnreadable = errors.New("the control state cannot be read")
 type NotOursError struct {
 	WorkflowID, RunID, Type, TaskQueue string
 	WantQueue                          string
+	// Running: it holds the ID now (a closed one only hides the state until hosts pause or
+	// resume starts the provisioner's control workflow again)
+	Running bool
 }
 
 func (e *NotOursError) Error() string {
-	return fmt.Sprintf("%v: workflow %s (run %s) is a %q on task queue %q, not the provisioner's control workflow (%s on %q); "+
-		"it was started by someone else: terminate it (temporal workflow terminate --workflow-id %s) to take the ID back",
-		ErrUnreadable, e.WorkflowID, e.RunID, e.Type, e.TaskQueue, workflows.ControlWorkflowName, e.WantQueue, e.WorkflowID)
+	fix := "it has ended: hosts pause or hosts resume starts the provisioner's control workflow again"
+	if e.Running {
+		fix = fmt.Sprintf("it was started by someone else: terminate it (temporal workflow terminate --workflow-id %s) "+
+			"to take the ID back, then hosts pause or hosts resume", e.WorkflowID)
+	}
+	return fmt.Sprintf("%v: workflow %s (run %s) is a %q on task queue %q, not the provisioner's control workflow (%s on %q); %s",
+		ErrUnreadable, e.WorkflowID, e.RunID, e.Type, e.TaskQueue, workflows.ControlWorkflowName, e.WantQueue, fix)
 }
 
 func (e *NotOursError) Is(target error) bool { return target == ErrUnreadable }
@@ -124,7 +131,7 @@ func (cc *Client) run(ctx context.Context) (*workflowservice.DescribeWorkflowExe
 	info := d.GetWorkflowExecutionInfo()
 	if info.GetType().GetName() != workflows.ControlWorkflowName || info.GetTaskQueue() != cc.taskQueue {
 		return d, &NotOursError{WorkflowID: id, RunID: info.GetExecution().GetRunId(), Type: info.GetType().GetName(),
-			TaskQueue: info.GetTaskQueue(), WantQueue: cc.taskQueue}
+			TaskQueue: info.GetTaskQueue(), WantQueue: cc.taskQueue, Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
 	}
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return d, &ClosedError{WorkflowID: id, RunID: info.GetExecution().GetRunId(), Status: info.GetStatus().String()}
@@ -201,9 +208,11 @@ func (cc *Client) SetPaused(ctx context.Context, paused bool, req workflows.Cont
 	id := workflows.ControlWorkflowID(cc.taskQueue)
 	current, err := cc.State(ctx)
 	var closed *ClosedError
+	var notOurs *NotOursError
 	switch {
-	case errors.As(err, &closed):
-		// ended by someone: the signal starts it again, with the state it is told
+	case errors.As(err, &closed), errors.As(err, &notOurs) && !notOurs.Running:
+		// ended: the signal starts the provisioner's control workflow again, with the state it is told
+		current = workflows.ControlState{}
 	case err != nil:
 		return 0, fmt.Errorf("recording the pause state: %w", err)
 	}
@@ -222,7 +231,7 @@ func (cc *Client) SetPaused(ctx context.Context, paused bool, req workflows.Cont
 	if d, err := cc.c.DescribeWorkflowExecution(ctx, id, run.GetRunID()); err == nil {
 		if info := d.GetWorkflowExecutionInfo(); info.GetType().GetName() != workflows.ControlWorkflowName || info.GetTaskQueue() != cc.taskQueue {
 			return 0, fmt.Errorf("recording the pause state: %w", &NotOursError{WorkflowID: id, RunID: run.GetRunID(),
-				Type: info.GetType().GetName(), TaskQueue: info.GetTaskQueue(), WantQueue: cc.taskQueue})
+				Type: info.GetType().GetName(), TaskQueue: info.GetTaskQueue(), WantQueue: cc.taskQueue, Running: true})
 		}
 	}
 	if paused {
