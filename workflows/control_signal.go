@@ -182,7 +182,13 @@ func (r requestReader) ReceiveAsync(ctx workflow.Context) (req ControlRequest, o
 }
 
 func (r requestReader) timely(ctx workflow.Context, req ControlRequest) bool {
-	if err := r.in.timely(req, workflow.Now(ctx)); err != nil {
+	err := r.in.timely(req, workflow.Now(ctx))
+	// a host's run heeds only requests made after it started (the operator's batch is stamped when
+	// it is sent): an older pause copied from a history holds no run started since
+	if info := workflow.GetInfo(ctx); err == nil && info.WorkflowType.Name == WorkflowName && req.At.Before(info.WorkflowStartTime.Add(-ControlRequestSkew)) {
+		err = fmt.Errorf("the request was made at %s, before this run started (%s)", req.At.UTC().Format(time.RFC3339), info.WorkflowStartTime.UTC().Format(time.RFC3339))
+	}
+	if err != nil {
 		r.in.refuse(ctx, SignalStale, req.Action, err)
 		return false
 	}

@@ -113,10 +113,16 @@ func (s *ProvisionSuite) TestForgedPauseDoesNotHoldTheHost() {
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(PauseSignal, ControlRequest{Action: PauseSignal, TaskQueue: "other", At: s.env.Now()})
 	}, 0)
+	// a sealed pause made well before the run started (copied from another run's history)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(PauseSignal, ControlRequest{Action: PauseSignal, TaskQueue: testQueue, At: s.env.Now().Add(-2 * ControlRequestSkew)})
+	}, 0)
 	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
-	s.Require().Len(refused, 2)
+	s.Require().Len(refused, 3)
 	s.Equal(SignalEmpty, refused[0].Reason)
 	s.Equal(SignalMisdirected, refused[1].Reason)
+	s.Equal(SignalStale, refused[2].Reason)
+	s.Contains(refused[2].Error(), "before this run started")
 	s.False(s.status().Paused)
 }

@@ -248,6 +248,8 @@ func (cc *Client) SetPaused(ctx context.Context, paused bool, req workflows.Cont
 const batchPoll = 200 * time.Millisecond
 
 func (cc *Client) signalRunning(ctx context.Context, signal string, req workflows.ControlRequest) (int, error) {
+	// stamped now: a host's run heeds only requests made after it started (workflows.ControlSignals)
+	req.At = cc.now().UTC()
 	jobID := fmt.Sprintf("%s-%s-%d", signal, cc.taskQueue, req.At.UnixNano())
 	// one payload for every host: sealed for the control scope, which each run's worker checks
 	// (workflows.ControlSignals), since a batch cannot seal for each host's own workflow
