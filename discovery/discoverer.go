@@ -34,6 +34,9 @@ type Discoverer struct {
 	unjudgedUntil atomic.Int64
 	gate          *gate    // the new-hosts rate and the refusals' count (gate.go)
 	settle        *settler // sightings waiting for a finishing run to close (settle.go)
+	// unreadableLogged (Unix ns) is when discovery last logged that the pause state is unreadable,
+	// 0 while it is readable: once per interval, however many sightings ask
+	unreadableLogged atomic.Int64
 	// sweep is Sweep, and resweep RefusedSweepAfter: tests replace them
 	sweep   func(context.Context) (int, error)
 	resweep time.Duration
@@ -124,22 +127,30 @@ func (d *Discoverer) announce(conn inter.RawNATSConnector) {
 	}
 }
 
-// paused reports the fleet-wide pause state and mirrors it in the paused gauge. When the state
-// cannot be read the sweep goes on: starting a host's workflow is safe, and a paused fleet's
-// running workflows hold on their own.
+// paused reports the fleet-wide pause state and mirrors it in the paused and control_unreadable
+// gauges. When the state cannot be read, or the control workflow is not the provisioner's, the
+// fleet is taken as paused (fail closed: a pause an operator made must not lapse because Temporal
+// or a squatter hides it); that is logged once per interval, and exported for as long as it lasts.
 func (d *Discoverer) paused(ctx context.Context) bool {
 	if d.opts.Pause == nil {
 		return false
 	}
 	p, err := d.opts.Pause.Paused(ctx)
+	unreadable := 0.0
 	if err != nil {
-		d.log.Warn("could not read the pause state", zap.Error(err))
-		return false
+		p, unreadable = true, 1
+		now, last := d.now().UnixNano(), d.unreadableLogged.Load()
+		if (last == 0 || time.Duration(now-last) >= d.opts.Interval) && d.unreadableLogged.CompareAndSwap(last, now) {
+			d.log.Error("the fleet-wide pause state cannot be read: taking provisioning as paused, no host is started", zap.Error(err))
+		}
+	} else {
+		d.unreadableLogged.Store(0)
 	}
 	v := 0.0
 	if p {
 		v = 1
 	}
 	d.metrics.Paused.WithLabelValues(d.metrics.Site).Set(v)
+	d.metrics.ControlUnreadable.WithLabelValues(d.metrics.Site).Set(unreadable)
 	return p
 }

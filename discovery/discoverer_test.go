@@ -2,13 +2,18 @@ package discovery
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/choria-temporal/provisioner/internal/metrics"
 )
@@ -70,4 +75,44 @@ func TestNoSweepWithBroadcastsDisabled(t *testing.T) {
 	go func() { time.Sleep(50 * time.Millisecond); d.gate.refuse(metrics.RefusedRate, "", nil) }()
 	require.NoError(t, d.Run(ctx))
 	require.Zero(t, clock.count())
+}
+
+// pauseState is a PauseChecker that answers what it is told.
+type pauseState struct {
+	mu     sync.Mutex
+	paused bool
+	err    error
+}
+
+func (p *pauseState) Paused(context.Context) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused, p.err
+}
+
+// When the pause state cannot be read (or the control workflow is a squatter's), discovery takes
+// the fleet as paused, whatever the checker says beside its error: no host is started, the
+// gauges say so, and a burst of sightings logs it once.
+func TestUnreadablePauseStateHoldsNewHosts(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	starter := &recordingStarter{}
+	state := &pauseState{err: errors.New("the control state cannot be read: squatted")}
+	d, m := newTestDiscovererWith(t, starter, func(o *Options) { o.Pause = state }, zap.New(core))
+	for i := range 5 {
+		d.handleEvent(context.Background(), fmt.Sprintf("n%d.example", i), time.Now())
+	}
+	starter.mu.Lock()
+	require.Empty(t, starter.calls, "a host was started while the pause state was unreadable")
+	starter.mu.Unlock()
+	require.Equal(t, 1, logs.FilterMessageSnippet("cannot be read").Len())
+	require.Equal(t, 1.0, testutil.ToFloat64(m.ControlUnreadable.WithLabelValues("lab")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.Paused.WithLabelValues("lab")))
+
+	state.mu.Lock()
+	state.err = nil
+	state.mu.Unlock()
+	d.handleEvent(context.Background(), "n9.example", time.Now())
+	require.Zero(t, testutil.ToFloat64(m.ControlUnreadable.WithLabelValues("lab")))
+	require.Zero(t, testutil.ToFloat64(m.Paused.WithLabelValues("lab")))
+	require.Eventually(t, func() bool { starter.mu.Lock(); defer starter.mu.Unlock(); return len(starter.calls) == 1 }, 10*time.Second, 10*time.Millisecond)
 }

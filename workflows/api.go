@@ -416,11 +416,16 @@ const ControlStateQuery = "state"
 // ControlWorkflowID is the control workflow of a task queue.
 func ControlWorkflowID(taskQueue string) string { return "provisioner-control:" + taskQueue }
 
-// ControlRequest is the payload of PauseSignal and ResumeSignal sent to the control workflow.
+// ControlRequest is the payload of PauseSignal and ResumeSignal, to the control workflow and to
+// the running hosts alike: sealed for the control scope of its task queue (ControlWorkflowID), it
+// says what it is for (Action, TaskQueue) and when it was made, so that a request copied out of a
+// history serves no other purpose, queue or time (ControlSignals).
 type ControlRequest struct {
-	By     string    `json:"by,omitempty"`
-	Reason string    `json:"reason,omitempty"`
-	At     time.Time `json:"at"`
+	Action    string    `json:"action"`     // PauseSignal or ResumeSignal
+	TaskQueue string    `json:"task_queue"` // the control scope
+	By        string    `json:"by,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at"`
 }
 
 // ControlState is the fleet-wide state.

@@ -5,45 +5,49 @@ import (
 )
 
 // controlContinueAfter bounds the control workflow's history: it continues as new after this many
-// pause and resume signals.
+// pause and resume requests.
 const controlContinueAfter = 500
 
 // ProvisionerControl holds the fleet-wide pause state of one task queue. It never ends on its own;
-// the operator CLI starts it with its first signal.
+// the operator CLI starts it with its first signal. It reads only the requests ControlSignals
+// verified (sealed for this task queue's control scope, for the action signaled, made recently);
+// a pause or resume signal of anyone else's never reaches it.
 func ProvisionerControl(ctx workflow.Context, state ControlState) error {
 	if err := workflow.SetQueryHandler(ctx, ControlStateQuery, func() (ControlState, error) { return state, nil }); err != nil {
 		return err
 	}
-	pause := workflow.GetSignalChannel(ctx, PauseSignal)
-	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
+	requests := controlRequests(ctx)
 	for handled := 0; handled < controlContinueAfter; handled++ {
-		var req ControlRequest
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
-			c.Receive(ctx, &req)
-			if !state.Paused {
-				state = ControlState{Paused: true, Since: req.At, By: req.By, Reason: req.Reason}
-			}
-		})
-		sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
-			c.Receive(ctx, &req)
-			state = ControlState{Paused: false, Since: req.At, By: req.By, Reason: req.Reason}
-		})
-		sel.Select(ctx)
-		if ctx.Err() != nil {
+		req, ok := requests.Receive(ctx)
+		if !ok {
 			return ctx.Err()
 		}
+		state = applyControl(ctx, state, req)
 	}
-	// drain what arrived meanwhile so no signal is lost across the continue-as-new
+	// drain what arrived meanwhile so no request is lost across the continue-as-new
 	for {
-		var req ControlRequest
-		switch {
-		case pause.ReceiveAsync(&req):
-			state = ControlState{Paused: true, Since: req.At, By: req.By, Reason: req.Reason}
-		case resume.ReceiveAsync(&req):
-			state = ControlState{Paused: false, Since: req.At, By: req.By, Reason: req.Reason}
-		default:
+		req, ok := requests.ReceiveAsync(ctx)
+		if !ok {
 			return workflow.NewContinueAsNewError(ctx, ProvisionerControl, state)
 		}
+		state = applyControl(ctx, state, req)
 	}
+}
+
+// applyControl is the state after req: a pause keeps the first pause's record, a resume ends it.
+// A request made before the state it would replace is ignored: a copy of an older request sent
+// again (ControlSignals bounds its age, not its order across a continue-as-new).
+func applyControl(ctx workflow.Context, state ControlState, req ControlRequest) ControlState {
+	if req.At.Before(state.Since) {
+		workflow.GetLogger(ctx).Warn("control request older than the state it would replace, ignored",
+			"action", req.Action, "at", req.At, "since", state.Since)
+		return state
+	}
+	switch {
+	case req.Action == ResumeSignal:
+		return ControlState{Paused: false, Since: req.At, By: req.By, Reason: req.Reason}
+	case !state.Paused:
+		return ControlState{Paused: true, Since: req.At, By: req.By, Reason: req.Reason}
+	}
+	return state
 }

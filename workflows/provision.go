@@ -93,15 +93,17 @@ func (p *provisioner) setup(ctx workflow.Context, policy Policy) error {
 
 // handlePause keeps the fleet-wide pause in the status, in one coroutine: each is a goroutine
 // with its own stack for as long as the run is in the worker's cache, and at scale thousands are.
+// It reads only the requests ControlSignals verified: a forged, empty or stale pause or resume
+// never reaches the run.
 func (p *provisioner) handlePause(ctx workflow.Context) {
-	pause := workflow.GetSignalChannel(ctx, PauseSignal)
-	resume := workflow.GetSignalChannel(ctx, ResumeSignal)
+	requests := controlRequests(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = true })
-		sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); p.status.Paused = false })
-		for ctx.Err() == nil {
-			sel.Select(ctx)
+		for {
+			req, ok := requests.Receive(ctx)
+			if !ok {
+				return
+			}
+			p.status.Paused = req.Action == PauseSignal
 		}
 	})
 }

@@ -588,9 +588,10 @@ func (s *ProvisionSuite) TestHelperGivesUpAfterFiveAttempts() {
 
 func (s *ProvisionSuite) TestPauseHoldsTheHostBeforeItsNextStep() {
 	var paused Status
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(PauseSignal, nil) }, 0)
+	admitControlSignals(s.env, nil)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(PauseSignal, controlRequest(s.env, PauseSignal)) }, 0)
 	s.env.RegisterDelayedCallback(func() { paused = s.status() }, time.Hour)
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(ResumeSignal, nil) }, 2*time.Hour)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(ResumeSignal, controlRequest(s.env, ResumeSignal)) }, 2*time.Hour)
 	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.True(paused.Paused)
@@ -622,9 +623,14 @@ func TestControlWorkflowPausesAndResumes(t *testing.T) {
 		require.NoError(t, v.Get(&st))
 		states = append(states, st)
 	}
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(PauseSignal, ControlRequest{By: "ops", Reason: "CA maintenance"}) }, time.Second)
+	admitControlSignals(env, nil)
+	env.RegisterDelayedCallback(func() {
+		req := controlRequest(env, PauseSignal)
+		req.By, req.Reason = "ops", "CA maintenance"
+		env.SignalWorkflow(PauseSignal, req)
+	}, time.Second)
 	env.RegisterDelayedCallback(query, 2*time.Second)
-	env.RegisterDelayedCallback(func() { env.SignalWorkflow(ResumeSignal, ControlRequest{By: "ops"}) }, 3*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(ResumeSignal, controlRequest(env, ResumeSignal)) }, 3*time.Second)
 	env.RegisterDelayedCallback(query, 4*time.Second)
 	env.RegisterDelayedCallback(func() { env.CancelWorkflow() }, 5*time.Second)
 	env.ExecuteWorkflow(ProvisionerControl, ControlState{})

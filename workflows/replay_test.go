@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,7 +31,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 	}
 	for _, f := range files {
 		hist := readHistory(t, f)
-		r := worker.NewWorkflowReplayer()
+		// as a worker verifies pause and resume requests (the recorded payloads are decoded)
+		r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+			Interceptors: []interceptor.WorkerInterceptor{ControlSignals(converter.GetDefaultDataConverter(), nil)}})
+		require.NoError(t, err)
 		Register(r, Policy{})
 		require.NoError(t, r.ReplayWorkflowHistoryWithOptions(nil, hist, worker.ReplayWorkflowHistoryOptions{
 			OriginalExecution: workflow.Execution{ID: recordedWorkflowID(t, hist)}}), f)

@@ -44,6 +44,10 @@ type Metrics struct {
 	SightingsRefused *prometheus.CounterVec
 	// ours: host runs that ended failed, by the step they failed at (provision_errors without it)
 	FailedRuns *prometheus.CounterVec
+	// ours: pause and resume signals refused (not a sealed, recent request for their action and queue)
+	RefusedSignals *prometheus.CounterVec
+	// ours: 1 while the control state cannot be read or is not ours (discovery then holds new runs)
+	ControlUnreadable *prometheus.GaugeVec
 }
 
 // Reasons discovery refuses a sighting, the reason label of SightingsRefused.
@@ -86,6 +90,10 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
 		ProvisionErrors:  counter("provision_errors", "Provisioning attempts that failed"),
 		FailedRuns:       counter("failed_runs_total", "Host runs that ended failed, by the step they failed at", "step"),
+		RefusedSignals: counter("refused_signals_total", "Pause and resume signals refused, by reason: not sealed with the provisioner's key for "+
+			"the task queue's control scope, empty, not a request for their action and queue, or stale", "reason"),
+		ControlUnreadable: gauge("control_unreadable", "1 while the fleet-wide pause state cannot be read or the control workflow is not "+
+			"the provisioner's: discovery then takes the fleet as paused and starts no host"),
 		RPCTime:          summary("rpc_time", "Time taken by RPC requests to nodes", "rpc"),
 		RPCErrors:        counter("rpc_errors", "RPC requests that failed", "rpc"),
 		HelperTime:       summary("helper_time", "Time taken by the helper"),
@@ -97,7 +105,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -109,7 +117,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		m.ProvisionErrors, m.HelperErrors, m.ShutdownRequests, m.StaleSightings} {
 		c.WithLabelValues(site).Add(0)
 	}
-	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
+	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.ControlUnreadable} {
 		g.WithLabelValues(site).Set(0)
 	}
 	// and every reason of a refusal, so that an alert on its rate sees the first one

@@ -45,6 +45,8 @@ func TestSeriesAtZeroOnStart(t *testing.T) {
 		// and the rest without an rpc label
 		"event_discovered", "discover_cycles", "discovery_errors", "provision_errors", "helper_errors",
 		"helper_shutdown_requests", "busy_workers", "stale_sightings",
+		// 0 until the control state cannot be read
+		"control_unreadable",
 	} {
 		want["choria_provisioner_"+n] = 0
 	}

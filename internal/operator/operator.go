@@ -216,7 +216,7 @@ func (o *Operator) Cancel(ctx context.Context, identity string) error {
 
 // Control is the control workflow's client for o's task queue.
 func (o *Operator) Control() *control.Client {
-	return control.New(o.C, o.Namespace, o.TaskQueue)
+	return control.New(o.C, o.Namespace, o.TaskQueue, o.DC)
 }
 
 // SetPaused pauses or resumes provisioning fleet-wide: discovery in every replica stops or resumes

@@ -245,7 +245,7 @@ func (s *Service) discoveryOptions(tc client.Client) discovery.Options {
 		Interval:  s.cfg.IntervalDuration,
 		Component: s.cfg.LifecycleComponent,
 		Start:     Starter(s.cfg),
-		Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue),
+		Pause:     control.New(tc, s.cfg.Temporal.Namespace, s.cfg.Temporal.TaskQueue, nil),
 		Version:   s.opts.Version,
 		// per process: n replicas admit up to n times this rate (docs/configuration.md)
 		NewHostsRate:  s.cfg.NewHostsRate,
@@ -293,6 +293,12 @@ func (s *Service) workerOptions() worker.Options {
 // settles this build's place in the deployment before discovery starts; stop stops them.
 func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client.Client) (stop func(), err error) {
 	wo := s.workerOptions()
+	signals, err := s.controlSignalConverter()
+	if err != nil {
+		return nil, err
+	}
+	// pause and resume reach a run only as requests sealed for this queue's control scope
+	wo.Interceptors = append(wo.Interceptors, workflows.ControlSignals(signals, s.refusedSignal))
 	rpcFw := activities.NewSharedFramework(fw)
 	acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
 		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))

@@ -14,6 +14,7 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // DataConverter returns the operators' payload converter of the config: encrypting unless
@@ -86,6 +87,29 @@ func (s *Service) workerDataConverter() (converter.DataConverter, error) {
 		return nil, err
 	}
 	return codec.DataConverter(c.Worker(s.refused)), nil
+}
+
+// controlSignalConverter is the data converter workflows.ControlSignals opens pause and resume
+// requests with: the worker's keys and binding rules, without its refusal callback, since the
+// interceptor counts each refused signal once itself (not again when a run replays).
+func (s *Service) controlSignalConverter() (converter.DataConverter, error) {
+	for _, r := range workflows.SignalReasons() {
+		s.Metrics.RefusedSignals.WithLabelValues(s.cfg.Site, r).Add(0)
+	}
+	if s.cfg.Temporal.Plaintext {
+		return converter.GetDefaultDataConverter(), nil
+	}
+	_, c, err := DataConverter(s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return codec.DataConverter(c.Worker(nil)), nil
+}
+
+func (s *Service) refusedSignal(r *workflows.RefusedSignalError) {
+	s.Metrics.RefusedSignals.WithLabelValues(s.cfg.Site, r.Reason).Inc()
+	s.log.Warn("pause or resume signal refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
+		zap.Error(r))
 }
 
 func (s *Service) refused(r *codec.RefusedError) {
