@@ -83,6 +83,9 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 	}
 	a := activities.New(nil, activities.Settings{Site: "lab"}, m, zap.NewNop())
 	a.Register(env)
+	// the worker runs the sign step with its own signer only (HostWorkflow.Signer); the test
+	// environment mocks activities by registered name
+	env.RegisterActivityWithOptions(a.SignServerJWT, activity.RegisterOptions{Name: activities.SignServerJWTName})
 	methods := map[string]any{activities.FetchJWTName: a.FetchJWT, activities.Gen25519Name: a.Gen25519, activities.GencsrName: a.Gencsr,
 		activities.InventoryName: a.Inventory, activities.ReleaseUpdateName: a.ReleaseUpdate, activities.RunHelperName: a.RunHelper,
 		activities.SignServerJWTName: a.SignServerJWT, activities.ConfigureName: a.Configure, activities.RestartName: a.Restart,
@@ -124,9 +127,9 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return &out
 	}))
-	reg(activities.SignServerJWTName, answer(f, func(in activities.SignInput) string {
+	reg(activities.SignServerJWTName, answer(f, func(in activities.SignInput) *activities.SignResult {
 		f.signed = in
-		return "signed.jwt"
+		return &activities.SignResult{JWT: "signed.jwt"}
 	}))
 	reg(activities.ConfigureName, answer(f, func(in activities.ConfigureInput) *activities.MessageResult {
 		f.conf = in
@@ -154,11 +157,16 @@ func answerSeeing[I, O any](f *fakeHost, see func(I), fn func(I) O) stepFake {
 			if see != nil {
 				see(in)
 			}
+			req := any(in).(interface{ GetRequest() activities.Seal }).GetRequest()
 			if err := f.record(ctx, name); err != nil {
 				var none O
-				return none, err
+				return none, activities.SealFailure(err, activity.GetInfo(ctx).Attempt, req)
 			}
-			return fn(in), nil
+			out := fn(in)
+			if r, ok := any(out).(interface{ SetReply(activities.Seal) }); ok {
+				r.SetReply(req)
+			}
+			return out, nil
 		}
 	}
 }

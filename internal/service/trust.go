@@ -14,6 +14,7 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // DataConverter returns the operators' payload converter of the config: encrypting unless
@@ -57,7 +58,8 @@ const PlaintextWarning = "temporal.plaintext is set: payloads and failures are n
 // refusalReasons are the reasons choria_provisioner_refused_payloads counts, exported at 0 from
 // the start so that an alert on their rate has a series to watch.
 var refusalReasons = []string{codec.ReasonPlaintext, codec.ReasonUnknownKey, codec.ReasonUndecryptable, codec.ReasonUnbound,
-	codec.ReasonForeignBinding, activities.ReasonForeignWorkflow, activities.ReasonIdentityMismatch}
+	codec.ReasonForeignBinding, activities.ReasonForeignWorkflow, activities.ReasonIdentityMismatch,
+	activities.ReasonForeignRequest, activities.ReasonForeignResult, activities.ReasonUnsealedFailure}
 
 // dialWorker dials the worker's client (discovery shares it): it reads only payloads of its
 // own keys, written for the workflow at hand.
@@ -88,8 +90,25 @@ func (s *Service) workerDataConverter() (converter.DataConverter, error) {
 	return codec.DataConverter(c.Worker(s.refused)), nil
 }
 
+// refused counts every payload the codec refuses and logs them summarised: whoever can write to
+// the namespace can send them at will.
 func (s *Service) refused(r *codec.RefusedError) {
 	s.Metrics.RefusedPayloads.WithLabelValues(s.cfg.Site, r.Reason).Inc()
-	s.log.Warn("payload refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
-		zap.String(logging.FieldBinding, r.Binding), zap.Error(r))
+	s.refusals.Warn(r.Reason, zap.String(logging.FieldWorkflowID, r.WorkflowID), zap.String(logging.FieldBinding, r.Binding), zap.Error(r))
+}
+
+// workflowHooks count and log what host runs refuse (results and failures not sealed for their
+// request) and the runs that decide with a policy recorded under another configuration.
+func (s *Service) workflowHooks() workflows.Hooks {
+	return workflows.Hooks{
+		Refused: func(reason, workflowID, detail string) {
+			s.Metrics.RefusedPayloads.WithLabelValues(s.cfg.Site, reason).Inc()
+			s.refusals.Warn(reason, zap.String(logging.FieldWorkflowID, workflowID), zap.String(logging.FieldDetail, detail))
+		},
+		PolicyDrift: func(workflowID, recorded, current string) {
+			s.Metrics.PolicyDrift.WithLabelValues(s.cfg.Site).Inc()
+			s.log.Warn("a run decides with the policy it recorded under another configuration", zap.String(logging.FieldWorkflowID, workflowID),
+				zap.String(logging.FieldRecordedDigest, recorded), zap.String(logging.FieldWorkerDigest, current))
+		},
+	}
 }
