@@ -40,6 +40,10 @@ type fakeHost struct {
 	seenAt     []time.Time // HostInput.SeenAt of each jwt, gen25519 and inventory call
 	local      []string    // activities run as local activities
 	queues     map[string]string
+	// unsealed: activity name -> its failures go back without the request's seal (a namespace
+	// client's, or one the codec could not read); replayed: -> its results answer another request
+	unsealed map[string]bool
+	replayed map[string]activities.Seal
 }
 
 func (f *fakeHost) saw(in activities.HostInput) {
@@ -158,12 +162,21 @@ func answerSeeing[I, O any](f *fakeHost, see func(I), fn func(I) O) stepFake {
 				see(in)
 			}
 			req := any(in).(interface{ GetRequest() activities.Seal }).GetRequest()
+			f.mu.Lock()
+			unsealed, other, replayed := f.unsealed[name], f.replayed[name], f.replayed[name].Run != ""
+			f.mu.Unlock()
 			if err := f.record(ctx, name); err != nil {
 				var none O
+				if unsealed {
+					return none, err
+				}
 				return none, activities.SealFailure(err, activity.GetInfo(ctx).Attempt, req)
 			}
 			out := fn(in)
 			if r, ok := any(out).(interface{ SetReply(activities.Seal) }); ok {
+				if replayed {
+					req = other
+				}
 				r.SetReply(req)
 			}
 			return out, nil
@@ -179,6 +192,7 @@ type ProvisionSuite struct {
 	env    *testsuite.TestWorkflowEnvironment
 	host   *fakeHost
 	policy Policy // the worker's; execute registers the workflow with it
+	hooks  Hooks
 	// onUpsert sets a mock that must follow the registration (upserts)
 	onUpsert func()
 }
@@ -192,7 +206,9 @@ func (s *ProvisionSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: WorkflowID(input().Identity)})
 	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
-	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{}}
+	s.hooks = Hooks{}
+	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{},
+		unsealed: map[string]bool{}, replayed: map[string]activities.Seal{}}
 	s.host.register(s.env)
 }
 
@@ -204,7 +220,7 @@ func input() ProvisionInput {
 // execute runs the workflow as a worker registers it (Register), with the policy's features f.
 func (s *ProvisionSuite) execute(f Features, in any) {
 	s.policy.Features = f
-	Register(s.env, s.policy)
+	HostWorkflow{Policy: s.policy, Hooks: s.hooks}.Register(s.env)
 	if s.onUpsert != nil {
 		s.onUpsert()
 	}
