@@ -82,7 +82,9 @@ func TestSignServerJWTIsNotRegistered(t *testing.T) {
 
 type names struct{ names []string }
 
-func (n *names) RegisterActivityWithOptions(_ any, o activity.RegisterOptions) { n.names = append(n.names, o.Name) }
+func (n *names) RegisterActivityWithOptions(_ any, o activity.RegisterOptions) {
+	n.names = append(n.names, o.Name)
+}
 
 func TestRetryabilityComesFromTheType(t *testing.T) {
 	for _, typ := range NonRetryableErrorTypes() {
