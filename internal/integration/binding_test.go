@@ -1,0 +1,148 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// completedResults are the encrypted results a run's activities completed with, by activity type.
+func completedResults(events []*historypb.HistoryEvent) map[string]*commonpb.Payloads {
+	types := map[int64]string{}
+	out := map[string]*commonpb.Payloads{}
+	for _, ev := range events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			types[ev.GetEventId()] = a.GetActivityType().GetName()
+		}
+		if c := ev.GetActivityTaskCompletedEventAttributes(); c != nil {
+			out[types[c.GetScheduledEventId()]] = c.GetResult()
+		}
+	}
+	return out
+}
+
+// inFlight waits until the host's open run has scheduled activity (and not yet closed it) and
+// returns the run and the activity's ID, as a namespace client reads them from history.
+func (e *env) inFlight(identity, activity string, timeout time.Duration) (runID, activityID string) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		resp, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(identity), "")
+		if err != nil {
+			return false
+		}
+		for _, pa := range resp.GetPendingActivities() {
+			if pa.GetActivityType().GetName() == activity {
+				runID, activityID = resp.GetWorkflowExecutionInfo().GetExecution().GetRunId(), pa.GetActivityId()
+				return true
+			}
+		}
+		return false
+	}, timeout, 50*time.Millisecond, "%s: %s never in flight", identity, activity)
+	return runID, activityID
+}
+
+// reannounce starts the identity of an already provisioned member again, in provisioning mode,
+// with fresh keys: what anyone holding the provisioning credentials can do.
+func (e *env) reannounce(m *devstack.FleetMember, index int) *devstack.FleetMember {
+	e.t.Helper()
+	m.Kill()
+	require.NoError(e.t, os.RemoveAll(m.Dir))
+	again, err := e.stack.Fleet.Start(index)
+	require.NoError(e.t, err)
+	return again
+}
+
+// The combined attack of issue #42: a host already provisioned is announced again by a process
+// holding the provisioning credentials, with its own key; while its new run waits for the helper
+// (which would refuse it now), a namespace client holding no codec key completes that helper
+// task by ID with the helper output recorded in the identity's earlier run. The run refuses the
+// result: it fails naming the refusal, nothing is signed for the announcer's key, no
+// configuration is sent to it, the refusal is counted. Then the same with a plaintext failure of
+// each type the workflow branches on, completed into the helper step of further re-announcements:
+// none ends the run provisioned (a stale sighting) or anything but failed or retried.
+func TestIntegrationCopiedResultRefused(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
+	e.refusals = true
+	svc := e.provisioner("replica-a")
+	first, err := e.stack.Fleet.Start(0)
+	require.NoError(t, err)
+	e.waitProvisioned(90*time.Second, first)
+	e.runs(first.Identity, 1)
+	earlier := completedResults(e.history(first.Identity))
+	require.NotNil(t, earlier[activities.RunHelperName], "the earlier run's helper output")
+
+	plain, err := client.Dial(client.Options{HostPort: e.cfg.Temporal.Address, Namespace: e.cfg.Temporal.Namespace})
+	require.NoError(t, err)
+	defer plain.Close()
+	ctx := context.Background()
+	e.setFlag("helper-slow", true) // a helper asking a CMDB: the window the attacker uses
+
+	announcer := e.reannounce(first, 0)
+	runID, activityID := e.inFlight(announcer.Identity, activities.RunHelperName, 60*time.Second)
+	_, err = plain.WorkflowService().RespondActivityTaskCompletedById(ctx, &workflowservice.RespondActivityTaskCompletedByIdRequest{
+		Namespace: e.cfg.Temporal.Namespace, WorkflowId: workflows.WorkflowID(announcer.Identity), RunId: runID, ActivityId: activityID,
+		Result: earlier[activities.RunHelperName], Identity: "attacker"})
+	require.NoError(t, err, "the namespace lets any client complete a task by ID")
+	err = e.client.GetWorkflow(ctx, workflows.WorkflowID(announcer.Identity), runID).Get(ctx, nil)
+	require.Error(t, err, "the run fails")
+	require.Contains(t, err.Error(), "result refused", "the failure names the refusal")
+	t.Logf("COPIED helper output: %v", err)
+	events := e.runHistory(workflows.WorkflowID(announcer.Identity), runID)
+	require.NotContains(t, scheduled(events), activities.ConfigureName, "no configuration sent")
+	require.NotContains(t, e.localActivities(events), activities.SignServerJWTName, "nothing signed for the announcer's key")
+	require.False(t, devstack.Provisioned(announcer), "the announcer holds no configuration")
+	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)))
+
+	// a plaintext failure of every type the workflow branches on, into the helper step
+	branches := []string{activities.ErrTypeNotProvisioning, activities.ErrTypeNoReply, activities.ErrTypeHelper, activities.ErrTypeHostNotProvisioning}
+	for i, errType := range branches {
+		announcer = e.reannounce(announcer, 0)
+		runID, activityID = e.inFlight(announcer.Identity, activities.RunHelperName, 60*time.Second)
+		_, err = plain.WorkflowService().RespondActivityTaskFailedById(ctx, &workflowservice.RespondActivityTaskFailedByIdRequest{
+			Namespace: e.cfg.Temporal.Namespace, WorkflowId: workflows.WorkflowID(announcer.Identity), RunId: runID, ActivityId: activityID,
+			Identity: "attacker", Failure: &failurepb.Failure{Message: "forged \x1b[31m" + errType, FailureInfo: &failurepb.Failure_ApplicationFailureInfo{
+				ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: errType, NonRetryable: true}}}})
+		require.NoError(t, err, errType)
+		// the run does not take the failure's word: the helper step runs again (the workflow's
+		// own retries), and this time the helper answers
+		err = e.client.GetWorkflow(ctx, workflows.WorkflowID(announcer.Identity), runID).Get(ctx, nil)
+		var res workflows.ProvisionResult
+		if err == nil {
+			require.NoError(t, e.client.GetWorkflow(ctx, workflows.WorkflowID(announcer.Identity), runID).Get(ctx, &res))
+		}
+		failures := e.activityFailures(e.runHistory(workflows.WorkflowID(announcer.Identity), runID))
+		t.Logf("PLAINTEXT %s failure: run outcome %q, error %v, failures %q", errType, res.Outcome, err, failures)
+		require.NotContains(t, res.Message, "stale sighting", errType)
+		helperRuns := len(scheduledOf(e.runHistory(workflows.WorkflowID(announcer.Identity), runID), activities.RunHelperName))
+		require.GreaterOrEqual(t, helperRuns, 2, "%s: the helper step ran again, the forged failure decided nothing", errType)
+		require.Equal(t, float64(i+1), testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonUnsealedFailure)), errType)
+		for _, f := range failures {
+			require.NotContains(t, f, "\x1b", "%s: the failure's text is cleaned", errType)
+		}
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)))
+}
+
+// scheduledOf lists the scheduled events of one activity type.
+func scheduledOf(events []*historypb.HistoryEvent, activity string) []*historypb.HistoryEvent {
+	var out []*historypb.HistoryEvent
+	for _, ev := range events {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activity {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
