@@ -263,7 +263,7 @@ func (e *env) verifyServerJWT(m *devstack.FleetMember) {
 func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExecutionsResponse {
 	e.t.Helper()
 	var last *workflowservice.ListWorkflowExecutionsResponse
-	require.Eventually(e.t, func() bool {
+	if !assert.Eventually(e.t, func() bool {
 		resp, err := e.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
 			Query: fmt.Sprintf("WorkflowId = '%s'", workflows.WorkflowID(identity)),
 		})
@@ -278,7 +278,16 @@ func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExe
 			}
 		}
 		return closed == want && len(resp.Executions) == want
-	}, 20*time.Second, 200*time.Millisecond, "%s: expected %d closed runs, last listing %v", identity, want, last)
+	}, 20*time.Second, 200*time.Millisecond, "%s: expected %d closed runs", identity, want) {
+		// the listing as it was last read (a message argument would be evaluated before the wait)
+		for _, ex := range last.GetExecutions() {
+			e.t.Logf("%s: run %s %s", identity, ex.GetExecution().GetRunId(), ex.GetStatus())
+			for _, f := range e.activityFailures(e.runHistory(ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId())) {
+				e.t.Logf("  activity failure: %s", f)
+			}
+		}
+		e.t.FailNow()
+	}
 	return []*workflowservice.ListWorkflowExecutionsResponse{last}
 }
 
