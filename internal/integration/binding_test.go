@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,9 +130,17 @@ func TestIntegrationCopiedResultRefused(t *testing.T) {
 		helperRuns := len(scheduledOf(e.runHistory(workflows.WorkflowID(announcer.Identity), runID), activities.RunHelperName))
 		require.GreaterOrEqual(t, helperRuns, 2, "%s: the helper step ran again, the forged failure decided nothing", errType)
 		require.Equal(t, float64(i+1), testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonUnsealedFailure)), errType)
-		for _, f := range failures {
-			require.NotContains(t, f, "\x1b", "%s: the failure's text is cleaned", errType)
+		// history holds what the attacker wrote; what the run kept of it (status, hosts show) is cleaned
+		d, err := e.operator().Show(ctx, announcer.Identity)
+		require.NoError(t, err)
+		untrusted := ""
+		for _, rec := range d.State.Timeline {
+			if strings.Contains(rec.Error, activities.ErrTypeUntrusted) {
+				untrusted = rec.Error
+			}
 		}
+		require.Contains(t, untrusted, "forged", "%s: the helper step's failure is the untrusted one: %+v", errType, d.State.Timeline)
+		require.NotContains(t, untrusted, "\x1b", "%s: the failure's text is cleaned", errType)
 	}
 	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)))
 }
