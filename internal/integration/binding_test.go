@@ -156,50 +156,69 @@ func scheduledOf(events []*historypb.HistoryEvent, activity string) []*historypb
 	return out
 }
 
-// A reset run behaves as docs/security.md says: reset to the run's first workflow task while its
-// helper call is in flight, the reset run replays the recorded policy and nonce, the reads its
-// copied history scheduled are handed out again with inputs sealed by the original run, refused
-// by the activities as another run's, sent again once, sealed by the reset run, and the host is
-// provisioned. The refusals are counted (foreign_request); the run refuses no result.
+// A reset run behaves as docs/security.md says. Reset to a workflow task after the helper call
+// was scheduled (a signal's task while the helper is in flight), the reset run replays the
+// recorded policy and nonce; the helper task the copied history scheduled is handed out again
+// with its input sealed by the original run, refused by the activity as another run's, sent
+// again once, sealed by the reset run, and the host is provisioned. Reset to the first workflow
+// task, the run records its policy and nonce anew and runs every step again.
 func TestIntegrationResetRunCompletes(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
 	e.refusals = true
 	svc := e.provisioner("replica-a")
-	e.setFlag("helper-slow", true)
-	m, err := e.stack.Fleet.Start(0)
-	require.NoError(t, err)
-	runID, _ := e.inFlight(m.Identity, activities.RunHelperName, 60*time.Second)
-	first := int64(0)
-	for _, ev := range e.runHistory(workflows.WorkflowID(m.Identity), runID) {
-		if ev.GetWorkflowTaskCompletedEventAttributes() != nil {
-			first = ev.GetEventId()
-			break
-		}
-	}
-	require.NotZero(t, first)
-	ctx := context.Background()
-	resp, err := e.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
-		Namespace: e.cfg.Temporal.Namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.WorkflowID(m.Identity), RunId: runID},
-		Reason: "test: reset to the first workflow task", WorkflowTaskFinishEventId: first, RequestId: "reset-" + runID})
-	require.NoError(t, err)
-	e.setFlag("helper-slow", false)
-	var res workflows.ProvisionResult
-	require.NoError(t, e.client.GetWorkflow(ctx, workflows.WorkflowID(m.Identity), resp.GetRunId()).Get(ctx, &res), "the reset run completes")
-	require.Equal(t, workflows.OutcomeProvisioned, res.Outcome)
-	e.waitProvisioned(60*time.Second, m)
-	events := e.runHistory(workflows.WorkflowID(m.Identity), resp.GetRunId())
-	markers := 0
-	for _, ev := range events {
-		if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "SideEffect" {
-			markers++
-		}
-	}
-	require.Equal(t, 1, markers, "the policy and nonce are the original's, replayed: no second side effect")
 	refused := func(reason string) float64 {
 		return testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", reason))
 	}
-	t.Logf("RESET: reads refused as the original run's and sent again: %v; activity failures %q", refused(activities.ReasonForeignRequest),
-		e.activityFailures(events))
+	ctx := context.Background()
+	for i, point := range []string{"after the helper was scheduled", "the first workflow task"} {
+		e.setFlag("helper-slow", true)
+		m, err := e.stack.Fleet.Start(i)
+		require.NoError(t, err)
+		id := workflows.WorkflowID(m.Identity)
+		runID, _ := e.inFlight(m.Identity, activities.RunHelperName, 60*time.Second)
+		if i == 0 {
+			// a workflow task of its own while the helper is in flight: a no-op resume
+			require.NoError(t, e.client.SignalWorkflow(ctx, id, runID, workflows.ResumeSignal, nil))
+		}
+		var resetTo int64
+		require.Eventually(t, func() bool {
+			signalled := i == 1
+			for _, ev := range e.runHistory(id, runID) {
+				if ev.GetWorkflowExecutionSignaledEventAttributes() != nil {
+					signalled = true
+				}
+				if ev.GetWorkflowTaskCompletedEventAttributes() != nil && signalled {
+					resetTo = ev.GetEventId()
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 100*time.Millisecond)
+		before := refused(activities.ReasonForeignRequest)
+		resp, err := e.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+			Namespace: e.cfg.Temporal.Namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
+			Reason: "test: reset to " + point, WorkflowTaskFinishEventId: resetTo, RequestId: "reset-" + runID})
+		require.NoError(t, err, point)
+		e.setFlag("helper-slow", false)
+		var res workflows.ProvisionResult
+		require.NoError(t, e.client.GetWorkflow(ctx, id, resp.GetRunId()).Get(ctx, &res), "%s: the reset run completes", point)
+		require.Equal(t, workflows.OutcomeProvisioned, res.Outcome, point)
+		e.waitProvisioned(60*time.Second, m)
+		events := e.runHistory(id, resp.GetRunId())
+		markers := 0
+		for _, ev := range events {
+			if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "SideEffect" {
+				markers++
+			}
+		}
+		require.Equal(t, 1, markers, "%s: one policy and nonce: the original's replayed, or recorded anew", point)
+		t.Logf("RESET to %s: requests refused as the original run's and sent again: %v; activity failures %q", point,
+			refused(activities.ReasonForeignRequest)-before, e.activityFailures(events))
+		if i == 0 {
+			require.Equal(t, before+1, refused(activities.ReasonForeignRequest), "%s: the helper task of the original run, refused once", point)
+			require.Len(t, scheduledOf(events, activities.RunHelperName), 2, "%s: the original's helper request and this run's", point)
+		}
+	}
 	require.Zero(t, refused(activities.ReasonForeignResult), "no result refused")
 	require.Zero(t, refused(activities.ReasonUnsealedFailure), "no failure untrusted")
 }
