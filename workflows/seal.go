@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/textsafe"
 )
 
@@ -95,9 +94,7 @@ func (p *provisioner) drift(ctx workflow.Context) {
 		return
 	}
 	p.drifted = true
-	p.log.Warn("the run decides with the policy it recorded, not with this worker's configuration",
-		logging.FieldRecordedDigest, p.digest, logging.FieldWorkerDigest, p.current)
-	if p.hooks.PolicyDrift != nil {
+	if p.hooks.PolicyDrift != nil { // the worker logs and counts it
 		p.hooks.PolicyDrift(workflow.GetInfo(ctx).WorkflowExecution.ID, p.digest, p.current)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -221,4 +222,60 @@ func TestIntegrationResetRunCompletes(t *testing.T) {
 	}
 	require.Zero(t, refused(activities.ReasonForeignResult), "no result refused")
 	require.Zero(t, refused(activities.ReasonUnsealedFailure), "no failure untrusted")
+}
+
+// A reset after a configuration change behaves as docs/security.md says: the run was recorded
+// under one configuration (replica A), A is replaced by a replica whose configuration differs
+// (B: another defer delay), and the run is reset to a workflow task after its helper call was
+// scheduled. B runs the reset run with the policy the run recorded under A (the side effect is
+// replayed, not taken again), logs the difference once and counts it
+// (choria_provisioner_policy_drift_total), and the host is provisioned.
+func TestIntegrationResetAfterConfigChange(t *testing.T) {
+	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
+	e.refusals = true // the original's helper task is refused as another run's (TestIntegrationResetRunCompletes)
+	_, stopA := e.replicaWith("replica-a", e.cfg, service.Options{Worker: true, Discovery: true})
+	e.setFlag("helper-slow", true)
+	m, err := e.stack.Fleet.Start(0)
+	require.NoError(t, err)
+	id := workflows.WorkflowID(m.Identity)
+	ctx := context.Background()
+	runID, _ := e.inFlight(m.Identity, activities.RunHelperName, 60*time.Second)
+	require.NoError(t, e.client.SignalWorkflow(ctx, id, runID, workflows.ResumeSignal, nil))
+	var resetTo int64
+	require.Eventually(t, func() bool {
+		signalled := false
+		for _, ev := range e.runHistory(id, runID) {
+			signalled = signalled || ev.GetWorkflowExecutionSignaledEventAttributes() != nil
+			if ev.GetWorkflowTaskCompletedEventAttributes() != nil && signalled {
+				resetTo = ev.GetEventId()
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond)
+	stopA()
+
+	changed := *e.cfg
+	changed.DeferDelay, changed.DeferDelayDuration = "7s", 7*time.Second
+	require.NotEqual(t, service.Policy(e.cfg).Digest(), service.Policy(&changed).Digest())
+	b, _ := e.replicaWith("replica-b", &changed, service.Options{Worker: true})
+	e.setFlag("helper-slow", false)
+	resp, err := e.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace: e.cfg.Temporal.Namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: runID},
+		Reason: "test: reset after a configuration change", WorkflowTaskFinishEventId: resetTo, RequestId: "reset-" + runID})
+	require.NoError(t, err)
+	var res workflows.ProvisionResult
+	require.NoError(t, e.client.GetWorkflow(ctx, id, resp.GetRunId()).Get(ctx, &res), "the reset run completes")
+	require.Equal(t, workflows.OutcomeProvisioned, res.Outcome)
+	e.waitProvisioned(60*time.Second, m)
+	require.Equal(t, 1.0, testutil.ToFloat64(b.Metrics.PolicyDrift.WithLabelValues("dev")), "the difference counted once")
+	require.Equal(t, 1, e.logLines("replica-b", `"recorded_digest":"`+service.Policy(e.cfg).Digest()+`"`,
+		`"worker_digest":"`+service.Policy(&changed).Digest()+`"`), "and logged once, with both digests")
+	markers := 0
+	for _, ev := range e.runHistory(id, resp.GetRunId()) {
+		if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "SideEffect" {
+			markers++
+		}
+	}
+	require.Equal(t, 1, markers, "the policy recorded under A, replayed: not taken again from B")
 }

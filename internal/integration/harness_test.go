@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,10 +152,17 @@ func (e *env) provisioner(name string) *service.Service {
 // replica runs the parts of a provisioner opts choose in this process until the test ends.
 func (e *env) replica(name string, opts service.Options) *service.Service {
 	e.t.Helper()
+	svc, _ := e.replicaWith(name, e.cfg, opts)
+	return svc
+}
+
+// replicaWith runs a replica on cfg until the test ends or stop is called.
+func (e *env) replicaWith(name string, cfg *config.Config, opts service.Options) (svc *service.Service, stop func()) {
+	e.t.Helper()
 	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, name+".log"))
 	require.NoError(e.t, err)
 	opts.Registry = prometheus.NewRegistry()
-	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), opts)
+	svc, err = service.New(cfg, log.With(zap.String("replica", name)), opts)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -169,14 +177,15 @@ func (e *env) replica(name string, opts service.Options) *service.Service {
 		cancel()
 		e.t.Fatal("provisioner did not start")
 	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
 	e.t.Cleanup(func() {
-		cancel()
-		<-done
+		stop()
 		if !e.refusals {
 			assert.Zero(e.t, refusedTotal(e.t, svc), "%s refused payloads or tasks of its own runs", name)
 		}
 	})
-	return svc
+	return svc, stop
 }
 
 // refusedTotal is what choria_provisioner_refused_payloads counted, every reason.
