@@ -27,6 +27,8 @@ type Activities struct {
 	runs    RunHistory
 	caller  rpcCaller
 	helpers *HelperSlots // nil: helper runs unbounded
+	// refusals logs refused tasks once per reason and interval (nil: every one)
+	refusals *logging.Summary
 }
 
 // Option adds an optional dependency to Activities.
@@ -35,12 +37,13 @@ type Option func(*Activities)
 // New builds the activities over an established Choria client framework.
 func New(fw inter.Framework, set Settings, m *metrics.Metrics, log *zap.Logger, opts ...Option) *Activities {
 	a := &Activities{
-		fw:      fw,
-		set:     set,
-		helper:  &HelperRunner{Command: set.HelperCommand, Timeout: set.HelperTimeout, Env: set.HelperEnv},
-		signer:  &ServerJWTSigner{SigningKey: set.JWTSigningKey, SigningToken: set.JWTSigningToken, DefaultValidity: set.ServerJWTValidity},
-		metrics: m,
-		log:     log,
+		fw:       fw,
+		set:      set,
+		helper:   &HelperRunner{Command: set.HelperCommand, Timeout: set.HelperTimeout, Env: set.HelperEnv},
+		signer:   &ServerJWTSigner{SigningKey: set.JWTSigningKey, SigningToken: set.JWTSigningToken, DefaultValidity: set.ServerJWTValidity},
+		metrics:  m,
+		log:      log,
+		refusals: logging.NewSummary(log, "task refused", 0),
 	}
 	for _, o := range opts {
 		o(a)
@@ -55,23 +58,27 @@ type Registry interface {
 }
 
 // registration is one activity: its name, the step it serves, the method, and the method
-// wrapped in the cross-cutting parts every activity shares.
+// wrapped in the cross-cutting parts every activity shares. A local one is run by the workflow
+// in its own worker only (LocalSigner), never registered for tasks from the queue.
 type registration struct {
 	name, step string
 	method     any
 	wrapped    any
+	local      bool
 }
 
 // registrations is the one table of activities; names equal the method names, because the
 // workflow refers to the activities by method value (a test checks it).
 func (a *Activities) registrations() []registration {
+	sign := wrap(a, SignServerJWTName, StepSign, a.SignServerJWT)
+	sign.local = true
 	return []registration{
 		wrap(a, FetchJWTName, StepJWT, a.FetchJWT),
 		wrap(a, Gen25519Name, StepGen25519, a.Gen25519),
 		wrap(a, GencsrName, StepGencsr, a.Gencsr),
 		wrap(a, InventoryName, StepInventory, a.Inventory),
 		wrap(a, RunHelperName, StepHelper, a.RunHelper),
-		wrap(a, SignServerJWTName, StepSign, a.SignServerJWT),
+		sign,
 		wrap(a, ConfigureName, StepConfigure, a.Configure),
 		wrap(a, RestartName, StepRestart, a.Restart),
 		wrap(a, ReleaseUpdateName, StepUpgrade, a.ReleaseUpdate),
@@ -79,24 +86,48 @@ func (a *Activities) registrations() []registration {
 	}
 }
 
-// Register registers every activity on r.
+// Register registers every activity the task queue may ask for on r. SignServerJWT is not one of
+// them: the workflow signs in a local activity (LocalSigner), so a task for it on the queue,
+// whoever scheduled it, finds no activity and signs nothing.
 func (a *Activities) Register(r Registry) {
 	for _, reg := range a.registrations() {
-		r.RegisterActivityWithOptions(reg.wrapped, activity.RegisterOptions{Name: reg.name})
+		if !reg.local {
+			r.RegisterActivityWithOptions(reg.wrapped, activity.RegisterOptions{Name: reg.name})
+		}
 	}
 }
 
-// identified is an activity input that names its host.
-type identified interface{ HostIdentity() string }
+// LocalSigner is SignServerJWT for the workflow's local activity, with every activity's wrapper.
+type LocalSigner struct {
+	sign func(context.Context, SignInput) (*SignResult, error)
+}
+
+// LocalSigner is the signer the workflow of this worker runs as a local activity.
+func (a *Activities) LocalSigner() *LocalSigner {
+	for _, reg := range a.registrations() {
+		if reg.name == SignServerJWTName {
+			return &LocalSigner{sign: reg.wrapped.(func(context.Context, SignInput) (*SignResult, error))}
+		}
+	}
+	panic("activities: no SignServerJWT registration")
+}
+
+// SignServerJWT signs as Activities.SignServerJWT does, behind the checks every activity makes;
+// its method value carries the activity's name into the workflow's history.
+func (s *LocalSigner) SignServerJWT(ctx context.Context, in SignInput) (*SignResult, error) {
+	return s.sign(ctx, in)
+}
 
 // wrap applies what every activity does around its own work: the refusal of tasks that are not
-// a host workflow's for its own host (admit), the busy gauge, the heartbeat, the attempt on the
-// result, and the error's Temporal form, count and log line (finish).
-func wrap[I identified, O any](a *Activities, name, step string, fn func(context.Context, I) (O, error)) registration {
+// a host workflow's for its own host (admit) or whose input its run did not seal for this step
+// (checkRequest), the busy gauge, the heartbeat, the attempt and the request's seal on the
+// result, and the error's Temporal form, seal, count and log line (finish).
+func wrap[I sealedInput, O any](a *Activities, name, step string, fn func(context.Context, I) (O, error)) registration {
 	wrapped := func(ctx context.Context, in I) (O, error) {
-		if err := a.admit(ctx, name, in); err != nil {
-			var zero O
-			return zero, err
+		var zero O
+		attempt := activity.GetInfo(ctx).Attempt
+		if err := a.admit(ctx, name, step, in); err != nil {
+			return zero, SealFailure(err, attempt, in.GetRequest())
 		}
 		done := a.busy()
 		stop := heartbeat(ctx)
@@ -104,11 +135,14 @@ func wrap[I identified, O any](a *Activities, name, step string, fn func(context
 		stop()
 		done()
 		if err != nil {
-			var zero O
-			return zero, a.finish(ctx, in, step, err)
+			return zero, SealFailure(a.finish(ctx, in, step, err), attempt, in.GetRequest())
 		}
-		if r, ok := any(out).(interface{ setAttempt(int32) }); ok {
-			r.setAttempt(activity.GetInfo(ctx).Attempt)
+		if r, ok := any(out).(interface {
+			setAttempt(int32)
+			SetReply(Seal)
+		}); ok {
+			r.setAttempt(attempt)
+			r.SetReply(in.GetRequest())
 		}
 		return out, nil
 	}

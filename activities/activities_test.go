@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
@@ -25,7 +26,7 @@ func TestRegisteredNamesAreTheMethodNames(t *testing.T) {
 	a := &Activities{}
 	typ := reflect.TypeOf(a)
 	regs := a.registrations()
-	require.Len(t, regs, typ.NumMethod()-1, "every exported method but Register is an activity")
+	require.Len(t, regs, typ.NumMethod()-2, "every exported method but Register and LocalSigner is an activity")
 	for _, r := range regs {
 		fn := runtime.FuncForPC(reflect.ValueOf(r.method).Pointer()).Name()
 		require.True(t, strings.HasSuffix(fn, "."+r.name+"-fm"), "%s is registered as %s", fn, r.name)
@@ -52,6 +53,8 @@ func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
 	res, err := runAs[InventoryResult](t, HostWorkflowType, "provision:n1", ok, HostInput{Identity: "n1"})
 	require.NoError(t, err)
 	require.Equal(t, int32(1), res.Attempt)
+	require.Equal(t, StepInventory, res.Reply.Step, "the result answers its request")
+	require.Equal(t, "n1", res.Reply.Run)
 	require.Equal(t, 1.0, busyInside)
 	require.Equal(t, 0.0, testutil.ToFloat64(m.BusyWorkers.WithLabelValues("lab")))
 
@@ -61,6 +64,26 @@ func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
 	require.Equal(t, ErrTypeRPC, app.Type(), "an unclassified failure is ours or the transport's")
 	require.False(t, IsNoReply(err), "nothing defaults to no reply")
 	require.True(t, Retryable(err))
+	_, reply, sealed := FailureSeal(err)
+	require.True(t, sealed, "the failure carries the request's seal")
+	require.Equal(t, StepInventory, reply.Step)
+}
+
+// SignServerJWT is run by the workflow in its own worker only: a worker registers no activity a
+// task from the queue could ask for by its name.
+func TestSignServerJWTIsNotRegistered(t *testing.T) {
+	a := &Activities{}
+	r := &names{}
+	a.Register(r)
+	require.NotContains(t, r.names, SignServerJWTName)
+	require.Contains(t, r.names, ConfigureName)
+	require.NotNil(t, a.LocalSigner())
+}
+
+type names struct{ names []string }
+
+func (n *names) RegisterActivityWithOptions(_ any, o activity.RegisterOptions) {
+	n.names = append(n.names, o.Name)
 }
 
 func TestRetryabilityComesFromTheType(t *testing.T) {

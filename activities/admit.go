@@ -24,7 +24,9 @@ const (
 // ours or that were written for another workflow, and this check, which costs no call, also holds
 // when there is no codec (temporal.plaintext) and against a workflow of another type that took
 // a host's workflow ID.
-func (a *Activities) admit(ctx context.Context, activityName string, in identified) error {
+// It then refuses an input its task's run did not seal for the activity's step
+// (checkRequest): one copied from another run of the same host, or written for another step.
+func (a *Activities) admit(ctx context.Context, activityName, step string, in sealedInput) error {
 	info := activity.GetInfo(ctx)
 	wfType := ""
 	if info.WorkflowType != nil {
@@ -42,11 +44,27 @@ func (a *Activities) admit(ctx context.Context, activityName string, in identifi
 		reason = ReasonIdentityMismatch
 		msg = fmt.Sprintf("%s refused: the input names host %q, its workflow %q is another host's", activityName, in.HostIdentity(), wfID)
 	default:
-		return nil
+		r, err := checkRequest(ctx, step, in.GetRequest())
+		if err == nil {
+			return nil
+		}
+		a.refuse(r, wfID, wfType, in, activityName, err)
+		return err
 	}
+	err := NewError(ErrTypeRefused, msg, nil)
+	a.refuse(reason, wfID, wfType, in, activityName, err)
+	return err
+}
+
+// refuse counts a refused task and logs it, summarised per reason and interval: whoever can
+// write to the namespace can send such tasks at will.
+func (a *Activities) refuse(reason, wfID, wfType string, in identified, activityName string, err error) {
 	a.metrics.RefusedPayloads.WithLabelValues(a.set.Site, reason).Inc()
-	a.log.Warn("task refused", zap.String(logging.FieldReason, reason), zap.String(logging.FieldWorkflowID, wfID),
-		zap.String(logging.FieldWorkflowType, wfType), zap.String(logging.FieldIdentity, in.HostIdentity()),
-		zap.String(logging.FieldActivity, activityName))
-	return NewError(ErrTypeRefused, msg, nil)
+	fields := []zap.Field{zap.String(logging.FieldWorkflowID, wfID), zap.String(logging.FieldWorkflowType, wfType),
+		zap.String(logging.FieldIdentity, in.HostIdentity()), zap.String(logging.FieldActivity, activityName), zap.Error(err)}
+	if a.refusals == nil {
+		a.log.Warn("task refused", append(fields, zap.String(logging.FieldReason, reason))...)
+		return
+	}
+	a.refusals.Warn(reason, fields...)
 }

@@ -33,7 +33,7 @@ func runAs[O any](t *testing.T, wfType, wfID string, reg registration, in any) (
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 10 * time.Second,
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
 		var out O
-		err := workflow.ExecuteActivity(ctx, reg.name, in).Get(ctx, &out)
+		err := workflow.ExecuteActivity(ctx, reg.name, sealAs(ctx, reg.step, in)).Get(ctx, &out)
 		return out, err
 	}, workflow.RegisterOptions{Name: wfType})
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: wfID})
@@ -47,6 +47,29 @@ func runAs[O any](t *testing.T, wfType, wfID string, reg registration, in any) (
 	return out, nil
 }
 
+// thisRun stands, in a test's seal, for the run ID of the run that schedules the task.
+const thisRun = "this-run"
+
+// sealAs seals in as the host's workflow does (Run "n1", request 1 of step), unless the test set
+// its step; thisRun as its run ID is the scheduling run's.
+func sealAs(ctx workflow.Context, step string, in any) any {
+	s, ok := in.(interface {
+		GetRequest() Seal
+		WithRequest(Seal) any
+	})
+	if !ok {
+		return in
+	}
+	req := s.GetRequest()
+	if req.Step == "" {
+		req = Seal{Run: "n1", RunID: thisRun, Step: step, Seq: 1, At: workflow.Now(ctx)}
+	}
+	if req.RunID == thisRun {
+		req.RunID = workflow.GetInfo(ctx).WorkflowExecution.RunID
+	}
+	return s.WithRequest(req)
+}
+
 // Any namespace client can schedule our activities on our task queue by name: a task that a
 // host's ProvisionHost did not schedule for its own host is refused before the step runs,
 // not retried, logged and counted.
@@ -56,9 +79,9 @@ func TestAdmitRefusesTasksOfOtherWorkflowsAndHosts(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	a := &Activities{metrics: m, log: zap.New(core), set: Settings{Site: "lab"}}
 	ran := 0
-	sign := wrap(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (string, error) {
+	sign := wrap(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
 		ran++
-		return "signed", nil
+		return &SignResult{JWT: "signed"}, nil
 	})
 	in := SignInput{Identity: "intruder.example", PublicKey: "ab"}
 	for _, c := range []struct{ name, wfType, wfID, reason string }{
@@ -67,7 +90,7 @@ func TestAdmitRefusesTasksOfOtherWorkflowsAndHosts(t *testing.T) {
 		{"ProvisionHost under another ID", HostWorkflowType, "intruder-1", ReasonForeignWorkflow},
 		{"another host's ProvisionHost", HostWorkflowType, "provision:real.example", ReasonIdentityMismatch},
 	} {
-		_, err := runAs[string](t, c.wfType, c.wfID, sign, in)
+		_, err := runAs[SignResult](t, c.wfType, c.wfID, sign, in)
 		var app *temporal.ApplicationError
 		require.True(t, errors.As(err, &app), "%s: %v", c.name, err)
 		require.Equal(t, ErrTypeRefused, app.Type(), c.name)
@@ -80,8 +103,47 @@ func TestAdmitRefusesTasksOfOtherWorkflowsAndHosts(t *testing.T) {
 	require.Equal(t, 4, logs.FilterMessage("task refused").Len())
 	require.Equal(t, "provision:real.example", logs.All()[3].ContextMap()["workflow_id"])
 
-	out, err := runAs[string](t, HostWorkflowType, "provision:intruder.example", sign, in)
+	out, err := runAs[SignResult](t, HostWorkflowType, "provision:intruder.example", sign, in)
 	require.NoError(t, err, "the host's own workflow")
-	require.Equal(t, "signed", out)
+	require.Equal(t, "signed", out.JWT)
 	require.Equal(t, 1, ran)
+	require.Equal(t, "n1", out.Reply.Run, "the result answers the request")
+	require.Equal(t, StepSign, out.Reply.Step)
+	require.Equal(t, 1, out.Reply.Seq)
+}
+
+// An input its task's run did not seal for the activity's step is refused before the step runs,
+// counted, and the refusal carries the input's seal (the workflow recognises a reset's request).
+func TestAdmitRefusesInputsOfOtherRunsAndSteps(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "lab")
+	require.NoError(t, err)
+	a := &Activities{metrics: m, log: zap.NewNop(), set: Settings{Site: "lab"}}
+	ran := 0
+	sign := wrap(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
+		ran++
+		return &SignResult{JWT: "signed"}, nil
+	})
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name    string
+		seal    Seal
+		errType string
+	}{
+		{"an earlier run's input", Seal{Run: "old", RunID: "0191-earlier-run", Step: StepSign, Seq: 7, At: at}, ErrTypeOtherRun},
+		{"another step's input", Seal{Run: "n1", RunID: thisRun, Step: StepConfigure, Seq: 7, At: at}, ErrTypeRefused},
+		{"an input without a nonce", Seal{RunID: thisRun, Step: StepSign, Seq: 7, At: at}, ErrTypeRefused},
+	} {
+		in := SignInput{Identity: "n1.example", PublicKey: "ab"}
+		in.Request = c.seal
+		_, err := runAs[SignResult](t, HostWorkflowType, "provision:n1.example", sign, in)
+		var app *temporal.ApplicationError
+		require.True(t, errors.As(err, &app), "%s: %v", c.name, err)
+		require.Equal(t, c.errType, app.Type(), c.name)
+		require.True(t, app.NonRetryable(), c.name)
+		_, reply, ok := FailureSeal(err)
+		require.True(t, ok, "%s: the refusal is sealed", c.name)
+		require.Equal(t, c.seal.Seq, reply.Seq, c.name)
+		require.Equal(t, 0, ran, c.name)
+	}
+	require.Equal(t, 3.0, testutil.ToFloat64(m.RefusedPayloads.WithLabelValues("lab", ReasonForeignRequest)))
 }

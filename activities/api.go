@@ -48,19 +48,9 @@ const (
 	StepShutdown  = "shutdown"
 )
 
-// Attempted carries the activity attempt that produced a result, so the workflow's timeline can
-// show how many tries a step took (Temporal does not tell the workflow).
-type Attempted struct {
-	Attempt int32 `json:"attempt,omitempty"`
-}
-
-// GetAttempt returns the attempt that produced the result.
-func (a *Attempted) GetAttempt() int32 { return a.Attempt }
-
-func (a *Attempted) setAttempt(n int32) { a.Attempt = n }
-
 // HostInput addresses one host.
 type HostInput struct {
+	Requested
 	Identity string `json:"identity"`
 	// SeenAt, set on a run's first RPC only, is when the sighting that started the run was made.
 	// When the host does not answer, an earlier run that completed after it means the sighting
@@ -114,6 +104,7 @@ type HelperInput struct {
 // HelperRequest is the helper activity's input. HadToken tells the worker to put its own token
 // back into Input.JWT.Token, which was redacted before the claims entered history.
 type HelperRequest struct {
+	Requested
 	Input    HelperInput `json:"input"`
 	HadToken bool        `json:"had_token"`
 	// Attempt of Attempts is the workflow's own try of the helper step (it retries the helper
@@ -134,6 +125,7 @@ type ServerClaims struct {
 
 // HelperOutput is the helper contract's output.
 type HelperOutput struct {
+	Attempted
 	Defer          bool              `json:"defer"`
 	Shutdown       bool              `json:"shutdown"`
 	Msg            string            `json:"msg"`
@@ -150,6 +142,7 @@ type HelperOutput struct {
 
 // SignInput asks for a server JWT for a host's ed25519 public key.
 type SignInput struct {
+	Requested
 	Identity  string            `json:"identity"`
 	PublicKey string            `json:"public_key"` // hex, from gen25519
 	Config    map[string]string `json:"config"`     // the helper's configuration: collectives and provider shape the defaults
@@ -158,6 +151,7 @@ type SignInput struct {
 
 // ConfigureInput is the configure RPC's payload.
 type ConfigureInput struct {
+	Requested
 	Identity       string            `json:"identity"`
 	Configuration  map[string]string `json:"configuration"`
 	Certificate    string            `json:"certificate,omitempty"`
@@ -172,12 +166,14 @@ type ConfigureInput struct {
 
 // UpgradeInput asks a server to update itself to Version from the worker's upgrades_repository.
 type UpgradeInput struct {
+	Requested
 	Identity string `json:"identity"`
 	Version  string `json:"version"`
 }
 
 // RestartInput is the restart RPC's payload.
 type RestartInput struct {
+	Requested
 	Identity string `json:"identity"`
 	Splay    int    `json:"splay"`
 }
@@ -190,11 +186,3 @@ type MessageResult struct {
 	// later, after a worker's restart
 	At time.Time `json:"at,omitzero"`
 }
-
-// HostIdentity names the host of each activity input (logs and errors).
-func (in HostInput) HostIdentity() string      { return in.Identity }
-func (in HelperRequest) HostIdentity() string  { return in.Input.Identity }
-func (in SignInput) HostIdentity() string      { return in.Identity }
-func (in ConfigureInput) HostIdentity() string { return in.Identity }
-func (in UpgradeInput) HostIdentity() string   { return in.Identity }
-func (in RestartInput) HostIdentity() string   { return in.Identity }

@@ -7,15 +7,15 @@ import (
 )
 
 // SignServerJWT makes the host's server JWT (ed25519 feature).
-func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (string, error) {
+func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (*SignResult, error) {
 	s, err := a.signer.Sign(in)
 	if err != nil {
-		return "", NewError(ErrTypeSigning, err.Error(), err)
+		return nil, NewError(ErrTypeSigning, err.Error(), err)
 	}
 	if !s.CappedAt.IsZero() {
 		// the Choria Provisioner signs these too (the broker accepts them): say so once per host
 		a.logger(ctx, in.Identity, StepSign).Warn("server JWT expiry capped at jwt_signing_token's expiry",
 			zap.Time("asked_expiry", s.Asked.UTC()), zap.Time("expiry", s.CappedAt.UTC()))
 	}
-	return s.JWT, nil
+	return &SignResult{JWT: s.JWT}, nil
 }

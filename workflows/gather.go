@@ -113,6 +113,7 @@ const unansweredAttempts = 2
 func (p *provisioner) readOnce(ctx workflow.Context, reads []read, host activities.HostInput, probe bool, spent int32) []error {
 	errs := make([]error, len(reads))
 	sel := workflow.NewSelector(ctx)
+	pending := len(reads)
 	for i, r := range reads {
 		p.status.Step, p.status.Attempt = r.step, 1
 		spec := specOf(r.step)
@@ -128,12 +129,23 @@ func (p *provisioner) readOnce(ctx workflow.Context, reads []read, host activiti
 			in.SeenAt = time.Time{} // one read per run makes the stale check (a visibility query)
 		}
 		at := p.begin(ctx, r.step)
-		sel.AddFuture(p.execute(ctx, spec, in), func(fut workflow.Future) {
-			errs[i] = p.record(at, fut.Get(ctx, r.result), r.result, workflow.Now(ctx))
-			p.answered = p.answered || hostAnswered(errs[i])
-		})
+		var send func(again bool)
+		send = func(again bool) {
+			req := p.send(ctx, r.step, spec, in)
+			sel.AddFuture(req.fut, func(fut workflow.Future) {
+				err := p.verify(ctx, req.seal, fut.Get(ctx, r.result), r.result)
+				if otherRun(err) && !again { // sent before a reset: once more, sealed by this run (call)
+					pending++
+					send(true)
+					return
+				}
+				errs[i] = p.record(at, err, r.result, workflow.Now(ctx))
+				p.answered = p.answered || hostAnswered(errs[i])
+			})
+		}
+		send(false)
 	}
-	for range reads {
+	for done := 0; done < pending; done++ {
 		sel.Select(ctx)
 	}
 	return errs
@@ -150,7 +162,7 @@ func hostAnswered(err error) bool {
 		return false
 	}
 	switch app.Type() {
-	case activities.ErrTypeNoReply, activities.ErrTypeRPC, activities.ErrTypeNotProvisioning:
+	case activities.ErrTypeNoReply, activities.ErrTypeRPC, activities.ErrTypeNotProvisioning, activities.ErrTypeUntrusted, activities.ErrTypeOtherRun:
 		return false
 	}
 	return true

@@ -30,6 +30,16 @@ type provisioner struct {
 	configured bool
 	// restartedAt: when the restart RPC succeeded (the result carries it for discovery)
 	restartedAt time.Time
+	// nonce seals the run's requests (recorded with the policy); seq counts the requests sent
+	nonce string
+	seq   int
+	// digest is the recorded policy's configuration digest, current the worker's; drifted: the
+	// difference was reported
+	digest, current string
+	drifted         bool
+	hooks           Hooks
+	// signer runs the sign step locally in this worker (nil: the registered activity, in tests)
+	signer *activities.LocalSigner
 }
 
 // outcome is what one pass over the steps decided.
@@ -60,7 +70,7 @@ func (h HostWorkflow) ProvisionHost(ctx workflow.Context, in ProvisionInput) (*P
 		err := fmt.Errorf("%w: the input names %q, the workflow %s", ErrForeignInput, in.Identity, workflow.GetInfo(ctx).WorkflowExecution.ID)
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeProvisionFailed, err)
 	}
-	p := &provisioner{in: in}
+	p := &provisioner{in: in, hooks: h.Hooks, signer: h.Signer}
 	if err := p.setup(ctx, h.Policy); err != nil {
 		return nil, err
 	}
@@ -70,8 +80,8 @@ func (h HostWorkflow) ProvisionHost(ctx workflow.Context, in ProvisionInput) (*P
 // setup records the worker's policy, then installs the status query and the signal handlers.
 func (p *provisioner) setup(ctx workflow.Context, policy Policy) error {
 	// a side effect: read from the worker once, replayed from the history ever after
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return policy.withDefaults() }).Get(&p.policy); err != nil {
-		return fmt.Errorf("recording the worker's policy: %w", err)
+	if err := p.pin(ctx, policy); err != nil {
+		return err
 	}
 	p.log = log.With(workflow.GetLogger(ctx), "identity", p.in.Identity, "site", p.policy.Site)
 	p.status = Status{Identity: p.in.Identity, Site: p.policy.Site, Outcome: OutcomeRunning, Defers: p.in.Defers,
@@ -221,9 +231,11 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 	if p.policy.Features.ED25519 {
 		sign := activities.SignInput{Identity: p.in.Identity, PublicKey: f.helper.Input.ED25519PubKey.PublicKey,
 			Config: d.Configuration, Claims: d.ServerClaims}
-		if err := p.step(ctx, StepSign, sign, &conf.ServerJWT); err != nil {
+		var signed activities.SignResult
+		if err := p.step(ctx, StepSign, sign, &signed); err != nil {
 			return err
 		}
+		conf.ServerJWT = signed.JWT
 		if exp, capped := activities.SignerCappedExpiry(conf.ServerJWT); capped {
 			p.status.Timeline[len(p.status.Timeline)-1].Note = fmt.Sprintf(
 				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))

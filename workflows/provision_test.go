@@ -40,6 +40,10 @@ type fakeHost struct {
 	seenAt     []time.Time // HostInput.SeenAt of each jwt, gen25519 and inventory call
 	local      []string    // activities run as local activities
 	queues     map[string]string
+	// unsealed: activity name -> its failures go back without the request's seal (a namespace
+	// client's, or one the codec could not read); replayed: -> its results answer another request
+	unsealed map[string]bool
+	replayed map[string]activities.Seal
 }
 
 func (f *fakeHost) saw(in activities.HostInput) {
@@ -83,6 +87,9 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 	}
 	a := activities.New(nil, activities.Settings{Site: "lab"}, m, zap.NewNop())
 	a.Register(env)
+	// the worker runs the sign step with its own signer only (HostWorkflow.Signer); the test
+	// environment mocks activities by registered name
+	env.RegisterActivityWithOptions(a.SignServerJWT, activity.RegisterOptions{Name: activities.SignServerJWTName})
 	methods := map[string]any{activities.FetchJWTName: a.FetchJWT, activities.Gen25519Name: a.Gen25519, activities.GencsrName: a.Gencsr,
 		activities.InventoryName: a.Inventory, activities.ReleaseUpdateName: a.ReleaseUpdate, activities.RunHelperName: a.RunHelper,
 		activities.SignServerJWTName: a.SignServerJWT, activities.ConfigureName: a.Configure, activities.RestartName: a.Restart,
@@ -124,9 +131,9 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return &out
 	}))
-	reg(activities.SignServerJWTName, answer(f, func(in activities.SignInput) string {
+	reg(activities.SignServerJWTName, answer(f, func(in activities.SignInput) *activities.SignResult {
 		f.signed = in
-		return "signed.jwt"
+		return &activities.SignResult{JWT: "signed.jwt"}
 	}))
 	reg(activities.ConfigureName, answer(f, func(in activities.ConfigureInput) *activities.MessageResult {
 		f.conf = in
@@ -154,11 +161,25 @@ func answerSeeing[I, O any](f *fakeHost, see func(I), fn func(I) O) stepFake {
 			if see != nil {
 				see(in)
 			}
+			req := any(in).(interface{ GetRequest() activities.Seal }).GetRequest()
+			f.mu.Lock()
+			unsealed, other, replayed := f.unsealed[name], f.replayed[name], f.replayed[name].Run != ""
+			f.mu.Unlock()
 			if err := f.record(ctx, name); err != nil {
 				var none O
-				return none, err
+				if unsealed {
+					return none, err
+				}
+				return none, activities.SealFailure(err, activity.GetInfo(ctx).Attempt, req)
 			}
-			return fn(in), nil
+			out := fn(in)
+			if r, ok := any(out).(interface{ SetReply(activities.Seal) }); ok {
+				if replayed {
+					req = other
+				}
+				r.SetReply(req)
+			}
+			return out, nil
 		}
 	}
 }
@@ -171,6 +192,7 @@ type ProvisionSuite struct {
 	env    *testsuite.TestWorkflowEnvironment
 	host   *fakeHost
 	policy Policy // the worker's; execute registers the workflow with it
+	hooks  Hooks
 	// onUpsert sets a mock that must follow the registration (upserts)
 	onUpsert func()
 	// visible is what visibility holds of the run's keyword search attributes: those it started
@@ -187,7 +209,9 @@ func (s *ProvisionSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.startWith(testStarter.Options(input()))
 	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
-	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{}}
+	s.hooks = Hooks{}
+	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{},
+		unsealed: map[string]bool{}, replayed: map[string]activities.Seal{}}
 	s.host.register(s.env)
 }
 
@@ -216,7 +240,7 @@ func input() ProvisionInput {
 // execute runs the workflow as a worker registers it (Register), with the policy's features f.
 func (s *ProvisionSuite) execute(f Features, in any) {
 	s.policy.Features = f
-	Register(s.env, s.policy)
+	HostWorkflow{Policy: s.policy, Hooks: s.hooks}.Register(s.env)
 	if s.onUpsert != nil {
 		s.onUpsert()
 	}

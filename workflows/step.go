@@ -56,9 +56,20 @@ func (p *provisioner) awaitResume(ctx workflow.Context) error {
 func (p *provisioner) runOnce(ctx workflow.Context, step string, attempt int, spec stepSpec, arg, result any) error {
 	p.status.Attempt = attempt
 	at := p.begin(ctx, step)
-	err := p.record(at, p.execute(ctx, spec, arg).Get(ctx, result), result, workflow.Now(ctx))
+	err := p.record(at, p.call(ctx, step, spec, arg, result), result, workflow.Now(ctx))
 	if err == nil && spec.attempts > 1 && p.status.Timeline[at].Attempts == 0 {
 		p.status.Timeline[at].Attempts = 1 // the workflow runs each attempt of this step itself
+	}
+	return err
+}
+
+// call sends one request of step and waits for its outcome, accepted only when sealed for that
+// request (get). A request that a reset run's copied history scheduled is refused by the activity
+// as another run's (ErrTypeOtherRun): it is sent again, once, sealed by this run.
+func (p *provisioner) call(ctx workflow.Context, step string, spec stepSpec, arg, result any) error {
+	err := p.get(ctx, p.send(ctx, step, spec, arg), result)
+	if otherRun(err) {
+		err = p.get(ctx, p.send(ctx, step, spec, arg), result)
 	}
 	return err
 }

@@ -26,6 +26,8 @@ type stepSpec struct {
 	helper bool
 	// local: a computation, neither an RPC nor the helper: always a local activity
 	local bool
+	// signs: the sign step, run by the worker's own signer (HostWorkflow.Signer)
+	signs bool
 	// effect: acts on the host with what the run decided (its key, its signed JWT): a regular
 	// activity in fast mode too, so that everything it depends on is recorded before it runs and
 	// a crash cannot make the run decide again and configure the host twice, differently
@@ -60,7 +62,7 @@ func specOf(step string) stepSpec {
 		return s
 	case StepSign:
 		s := row(a.SignServerJWT, 2, 30*time.Second, "sign the server's JWT")
-		s.local = true
+		s.local, s.signs = true, true
 		return s
 	case StepConfigure:
 		s := row(a.Configure, 5, time.Minute, "send the configuration")
@@ -102,7 +104,11 @@ func (p *provisioner) execute(ctx workflow.Context, spec stepSpec, arg any) work
 	if spec.local || (p.policy.Fast && !queued && !spec.effect) {
 		lopts := workflow.LocalActivityOptions{StartToCloseTimeout: opts.StartToCloseTimeout, RetryPolicy: opts.RetryPolicy,
 			ScheduleToCloseTimeout: max(localScheduleToClose, opts.StartToCloseTimeout), Summary: spec.summary}
-		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), spec.activity, arg)
+		fn := spec.activity
+		if spec.signs && p.signer != nil {
+			fn = p.signer.SignServerJWT // the worker's own signer: never a task on the queue
+		}
+		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, lopts), fn, arg)
 	}
 	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), spec.activity, arg)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,10 +153,17 @@ func (e *env) provisioner(name string) *service.Service {
 // replica runs the parts of a provisioner opts choose in this process until the test ends.
 func (e *env) replica(name string, opts service.Options) *service.Service {
 	e.t.Helper()
+	svc, _ := e.replicaWith(name, e.cfg, opts)
+	return svc
+}
+
+// replicaWith runs a replica on cfg until the test ends or stop is called.
+func (e *env) replicaWith(name string, cfg *config.Config, opts service.Options) (svc *service.Service, stop func()) {
+	e.t.Helper()
 	log, err := logging.New("info", filepath.Join(e.stack.Opts.Dir, name+".log"))
 	require.NoError(e.t, err)
 	opts.Registry = prometheus.NewRegistry()
-	svc, err := service.New(e.cfg, log.With(zap.String("replica", name)), opts)
+	svc, err = service.New(cfg, log.With(zap.String("replica", name)), opts)
 	require.NoError(e.t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -170,14 +178,15 @@ func (e *env) replica(name string, opts service.Options) *service.Service {
 		cancel()
 		e.t.Fatal("provisioner did not start")
 	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
 	e.t.Cleanup(func() {
-		cancel()
-		<-done
+		stop()
 		if !e.refusals {
 			assert.Zero(e.t, refusedTotal(e.t, svc), "%s refused payloads or tasks of its own runs", name)
 		}
 	})
-	return svc
+	return svc, stop
 }
 
 // refusedTotal is what choria_provisioner_refused_payloads counted, every reason.
@@ -264,7 +273,7 @@ func (e *env) verifyServerJWT(m *devstack.FleetMember) {
 func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExecutionsResponse {
 	e.t.Helper()
 	var last *workflowservice.ListWorkflowExecutionsResponse
-	require.Eventually(e.t, func() bool {
+	if !assert.Eventually(e.t, func() bool {
 		resp, err := e.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
 			Query: fmt.Sprintf("WorkflowId = '%s'", workflows.WorkflowID(identity)),
 		})
@@ -279,7 +288,16 @@ func (e *env) runs(identity string, want int) []*workflowservice.ListWorkflowExe
 			}
 		}
 		return closed == want && len(resp.Executions) == want
-	}, 20*time.Second, 200*time.Millisecond, "%s: expected %d closed runs, last listing %v", identity, want, last)
+	}, 20*time.Second, 200*time.Millisecond, "%s: expected %d closed runs", identity, want) {
+		// the listing as it was last read (a message argument would be evaluated before the wait)
+		for _, ex := range last.GetExecutions() {
+			e.t.Logf("%s: run %s %s", identity, ex.GetExecution().GetRunId(), ex.GetStatus())
+			for _, f := range e.activityFailures(e.runHistory(ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId())) {
+				e.t.Logf("  activity failure: %s", f)
+			}
+		}
+		e.t.FailNow()
+	}
 	return []*workflowservice.ListWorkflowExecutionsResponse{last}
 }
 

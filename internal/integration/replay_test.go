@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
@@ -15,6 +16,9 @@ import (
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
+
+// signedJWTField is a signed JWT in a JSON field of a payload.
+var signedJWTField = regexp.MustCompile(`"(jwt|server_jwt)":"eyJ[^"]*"`)
 
 // writeReplayHistory saves one host's history, payloads decrypted and signed JWTs replaced, as the
 // fixture that workflows' replay test checks every future workflow change against. It runs only
@@ -44,6 +48,8 @@ func (e *env) writeReplayHistoryOf(name, workflowID string) {
 				if bytes.HasPrefix(p.Data, []byte(`"eyJ`)) {
 					p.Data = []byte(`"redacted-signed-jwt"`)
 				}
+				// the sign step's result and the configure input carry it in a field
+				p.Data = signedJWTField.ReplaceAll(p.Data, []byte(`"$1":"redacted-signed-jwt"`))
 			}
 			return dec, nil
 		},

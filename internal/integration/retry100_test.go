@@ -43,22 +43,30 @@ func TestIntegrationRetryFailedHundredHosts(t *testing.T) {
 	w := worker.New(tc, queue, worker.Options{})
 	workflows.Register(w, workflows.Policy{Site: "bench"})
 	starter := workflows.Starter{TaskQueue: queue, Site: "bench"}
+	// stand-ins answer as the activities' wrapper does: each reply and failure sealed for its request
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
 		if broken.Load() {
-			return nil, temporal.NewNonRetryableApplicationError("inventory: CMDB is down", activities.ErrTypeAborted, nil)
+			return nil, activities.SealFailure(temporal.NewNonRetryableApplicationError("inventory: CMDB is down", activities.ErrTypeAborted, nil),
+				activity.GetInfo(ctx).Attempt, in.Request)
 		}
-		return &activities.InventoryResult{Inventory: "{}"}, nil
+		r := &activities.InventoryResult{Inventory: "{}"}
+		r.SetReply(in.Request)
+		return r, nil
 	}, activity.RegisterOptions{Name: activities.InventoryName})
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.HelperRequest) (*activities.HelperOutput, error) {
-		return &activities.HelperOutput{Configuration: map[string]string{"identity": in.Input.Identity}}, nil
+		r := &activities.HelperOutput{Configuration: map[string]string{"identity": in.Input.Identity}}
+		r.SetReply(in.Request)
+		return r, nil
 	}, activity.RegisterOptions{Name: activities.RunHelperName})
-	for _, name := range []string{activities.ConfigureName} {
-		w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
-			return &activities.MessageResult{}, nil
-		}, activity.RegisterOptions{Name: name})
-	}
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
+		r := &activities.MessageResult{}
+		r.SetReply(in.Request)
+		return r, nil
+	}, activity.RegisterOptions{Name: activities.ConfigureName})
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
-		return &activities.MessageResult{}, nil
+		r := &activities.MessageResult{}
+		r.SetReply(in.Request)
+		return r, nil
 	}, activity.RegisterOptions{Name: activities.RestartName})
 	require.NoError(t, w.Start())
 	defer w.Stop()

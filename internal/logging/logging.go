@@ -23,6 +23,10 @@ const (
 	FieldWorkflowType = "workflow_type"
 	FieldBinding      = "binding"
 	FieldActivity     = "activity"
+	FieldDetail       = "detail"
+	// of a run whose recorded policy is not the worker's
+	FieldRecordedDigest = "recorded_digest"
+	FieldWorkerDigest   = "worker_digest"
 )
 
 // New returns a JSON zap logger at level writing to file ("" or "-" for stderr).

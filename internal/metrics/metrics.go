@@ -40,6 +40,7 @@ type Metrics struct {
 	SignerExpiry *prometheus.GaugeVec
 	// ours: payloads and tasks the worker refused (not ours, or not for the workflow at hand)
 	RefusedPayloads *prometheus.CounterVec
+	PolicyDrift     *prometheus.CounterVec
 	// ours: sightings discovery refused before anything was queued or started, by reason
 	SightingsRefused *prometheus.CounterVec
 	// ours: host runs that ended failed, by the step they failed at (provision_errors without it)
@@ -85,6 +86,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
 		SightingsRefused: counter("sightings_refused_total", "Startup events and discovery replies refused before anything was queued or started, by reason", "reason"),
 		RefusedPayloads:  counter("refused_payloads", "Payloads and tasks the worker refused: not encrypted by its key, written for another workflow, or of a workflow that is not a host's", "reason"),
+		PolicyDrift:      counter("policy_drift_total", "Runs that decide with a policy recorded under another configuration than this worker's (a run that outlived a configuration change, a reset run)"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
 		Provisioned:      counter("provisioned", "Nodes provisioned"),
@@ -105,7 +107,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

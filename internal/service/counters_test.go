@@ -52,14 +52,21 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 	acts := activities.New(nil, activities.Settings{Site: m.Site, HelperCommand: helper, HelperTimeout: 10 * time.Second}, m, log)
 	// the helper as the worker registers it (with the shared finish), the RPCs stood in for
 	acts.Register(only{env, activities.RunHelperName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.HostInput) (*activities.InventoryResult, error) {
-		return &activities.InventoryResult{Inventory: "{}", Version: "0.30.2"}, nil
+	// the stand-ins answer each request with its seal, as the activities' wrapper does
+	env.RegisterActivityWithOptions(func(_ context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
+		r := &activities.InventoryResult{Inventory: "{}", Version: "0.30.2"}
+		r.SetReply(in.Request)
+		return r, nil
 	}, activity.RegisterOptions{Name: activities.InventoryName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.ConfigureInput) (*activities.MessageResult, error) {
-		return &activities.MessageResult{Message: "configured"}, nil
+	env.RegisterActivityWithOptions(func(_ context.Context, in activities.ConfigureInput) (*activities.MessageResult, error) {
+		r := &activities.MessageResult{Message: "configured"}
+		r.SetReply(in.Request)
+		return r, nil
 	}, activity.RegisterOptions{Name: activities.ConfigureName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
-		return &activities.MessageResult{Message: "restarting"}, nil
+	env.RegisterActivityWithOptions(func(_ context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
+		r := &activities.MessageResult{Message: "restarting"}
+		r.SetReply(in.Request)
+		return r, nil
 	}, activity.RegisterOptions{Name: activities.RestartName})
 	env.ExecuteWorkflow(workflows.WorkflowName, workflows.ProvisionInput{Identity: "n1.example"})
 	require.True(t, env.IsWorkflowCompleted())

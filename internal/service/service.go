@@ -28,6 +28,7 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/control"
+	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -131,6 +132,8 @@ type Service struct {
 	// MonitorAddress is where /metrics listens, once Run has started it.
 	MonitorAddress string
 	discoverer     *discovery.Discoverer
+	// refusals logs refused payloads and results once per reason and interval (counters exact)
+	refusals *logging.Summary
 }
 
 // Registry is where the service's series are collected (served on /metrics).
@@ -153,7 +156,7 @@ func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: log, opts: opts, Metrics: m}, nil
+	return &Service{cfg: cfg, log: log, opts: opts, Metrics: m, refusals: logging.NewSummary(log, "payload refused", 0)}, nil
 }
 
 // Policy is what this process's configuration decides about the runs its worker begins.
@@ -327,7 +330,7 @@ func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activi
 		hwo.DeploymentOptions = wo.DeploymentOptions
 	}
 	w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
-	workflows.Register(w, Policy(s.cfg))
+	workflows.HostWorkflow{Policy: Policy(s.cfg), Hooks: s.workflowHooks(), Signer: acts.LocalSigner()}.Register(w)
 	acts.Register(w)
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("starting Temporal worker: %w", err)

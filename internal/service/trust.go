@@ -58,7 +58,8 @@ const PlaintextWarning = "temporal.plaintext is set: payloads and failures are n
 // refusalReasons are the reasons choria_provisioner_refused_payloads counts, exported at 0 from
 // the start so that an alert on their rate has a series to watch.
 var refusalReasons = []string{codec.ReasonPlaintext, codec.ReasonUnknownKey, codec.ReasonUndecryptable, codec.ReasonUnbound,
-	codec.ReasonForeignBinding, activities.ReasonForeignWorkflow, activities.ReasonIdentityMismatch}
+	codec.ReasonForeignBinding, activities.ReasonForeignWorkflow, activities.ReasonIdentityMismatch,
+	activities.ReasonForeignRequest, activities.ReasonForeignResult, activities.ReasonUnsealedFailure}
 
 // dialWorker dials the worker's client (discovery shares it): it reads only payloads of its
 // own keys, written for the workflow at hand.
@@ -108,12 +109,28 @@ func (s *Service) controlSignalConverter() (converter.DataConverter, error) {
 
 func (s *Service) refusedSignal(r *workflows.RefusedSignalError) {
 	s.Metrics.RefusedSignals.WithLabelValues(s.cfg.Site, r.Reason).Inc()
-	s.log.Warn("pause or resume signal refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
-		zap.Error(r))
+	s.refusals.Warn("signal_"+r.Reason, zap.String(logging.FieldWorkflowID, r.WorkflowID), zap.Error(r))
 }
 
+// refused counts every payload the codec refuses and logs them summarised: whoever can write to
+// the namespace can send them at will.
 func (s *Service) refused(r *codec.RefusedError) {
 	s.Metrics.RefusedPayloads.WithLabelValues(s.cfg.Site, r.Reason).Inc()
-	s.log.Warn("payload refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
-		zap.String(logging.FieldBinding, r.Binding), zap.Error(r))
+	s.refusals.Warn(r.Reason, zap.String(logging.FieldWorkflowID, r.WorkflowID), zap.String(logging.FieldBinding, r.Binding), zap.Error(r))
+}
+
+// workflowHooks count and log what host runs refuse (results and failures not sealed for their
+// request) and the runs that decide with a policy recorded under another configuration.
+func (s *Service) workflowHooks() workflows.Hooks {
+	return workflows.Hooks{
+		Refused: func(reason, workflowID, detail string) {
+			s.Metrics.RefusedPayloads.WithLabelValues(s.cfg.Site, reason).Inc()
+			s.refusals.Warn(reason, zap.String(logging.FieldWorkflowID, workflowID), zap.String(logging.FieldDetail, detail))
+		},
+		PolicyDrift: func(workflowID, recorded, current string) {
+			s.Metrics.PolicyDrift.WithLabelValues(s.cfg.Site).Inc()
+			s.log.Warn("a run decides with the policy it recorded under another configuration", zap.String(logging.FieldWorkflowID, workflowID),
+				zap.String(logging.FieldRecordedDigest, recorded), zap.String(logging.FieldWorkerDigest, current))
+		},
+	}
 }
