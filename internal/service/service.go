@@ -131,6 +131,8 @@ type Service struct {
 	// MonitorAddress is where /metrics listens, once Run has started it.
 	MonitorAddress string
 	discoverer     *discovery.Discoverer
+	// signalLog paces the log lines of refused pause and resume signals (trust.go)
+	signalLog throttle
 }
 
 // Registry is where the service's series are collected (served on /metrics).

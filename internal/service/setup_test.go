@@ -84,3 +84,19 @@ func TestSetupWhereSearchAttributesCannotBeAdded(t *testing.T) {
 	err = Setup(ctx, c, "prov.a1b2c", 720*time.Hour)
 	require.ErrorContains(t, err, "tcld namespace retention set")
 }
+
+// Refused signals are logged once an interval, the next line saying how many were not.
+func TestThrottleLogsOnceAnInterval(t *testing.T) {
+	var th throttle
+	at := time.Unix(1_000_000, 0)
+	ok, n := th.allow(at, time.Minute)
+	require.True(t, ok)
+	require.Zero(t, n)
+	for i := range 5 {
+		ok, _ = th.allow(at.Add(time.Duration(i)*time.Second), time.Minute)
+		require.False(t, ok)
+	}
+	ok, n = th.allow(at.Add(time.Minute), time.Minute)
+	require.True(t, ok)
+	require.Equal(t, 5, n)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -106,10 +108,34 @@ func (s *Service) controlSignalConverter() (converter.DataConverter, error) {
 	return codec.DataConverter(c.Worker(nil)), nil
 }
 
+// refusedSignal counts every refused pause or resume signal, and logs the first and then one an
+// interval, with how many went unlogged since: anyone who can signal can send them by the thousand.
 func (s *Service) refusedSignal(r *workflows.RefusedSignalError) {
 	s.Metrics.RefusedSignals.WithLabelValues(s.cfg.Site, r.Reason).Inc()
-	s.log.Warn("pause or resume signal refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
-		zap.Error(r))
+	if ok, unlogged := s.signalLog.allow(time.Now(), s.cfg.IntervalDuration); ok {
+		s.log.Warn("pause or resume signal refused", zap.String(logging.FieldReason, r.Reason), zap.String(logging.FieldWorkflowID, r.WorkflowID),
+			zap.Int("unlogged_since_last", unlogged), zap.Error(r))
+	}
+}
+
+// throttle lets one event through per interval and counts the rest.
+type throttle struct {
+	mu       sync.Mutex
+	last     time.Time
+	unlogged int
+}
+
+// allow reports whether an event at now may be logged, and how many were not since the last one.
+func (t *throttle) allow(now time.Time, every time.Duration) (bool, int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.last.IsZero() && now.Sub(t.last) < every {
+		t.unlogged++
+		return false, 0
+	}
+	n := t.unlogged
+	t.last, t.unlogged = now, 0
+	return true, n
 }
 
 func (s *Service) refused(r *codec.RefusedError) {
