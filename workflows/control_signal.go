@@ -111,7 +111,8 @@ func (i *controlSignalsInbound) HandleSignal(ctx workflow.Context, in *intercept
 		return nil // dropped: failing the task would let any sender wedge the run
 	}
 	if !i.requests(ctx).SendAsync(req) {
-		return fmt.Errorf("%d verified control requests wait unread", controlRequestsSize)
+		// copies of a sealed request sent faster than the run reads them: the run heeds one
+		i.refuse(ctx, SignalStale, in.SignalName, fmt.Errorf("%d verified requests wait unread", controlRequestsSize))
 	}
 	return nil
 }

@@ -206,21 +206,27 @@ func (cc *Client) SetPaused(ctx context.Context, paused bool, req workflows.Cont
 		signal = workflows.PauseSignal
 	}
 	id := workflows.ControlWorkflowID(cc.taskQueue)
-	current, err := cc.State(ctx)
+	d, err := cc.run(ctx)
 	var closed *ClosedError
 	var notOurs *NotOursError
 	switch {
 	case errors.As(err, &closed), errors.As(err, &notOurs) && !notOurs.Running:
 		// ended: the signal starts the provisioner's control workflow again, with the state it is told
-		current = workflows.ControlState{}
 	case err != nil:
 		return 0, fmt.Errorf("recording the pause state: %w", err)
+	case d != nil:
+		// the control workflow ignores a request older than its state (an operator's clock behind
+		// another's): made no earlier than it. Without workers the query fails; the pause is
+		// recorded all the same, and read once they are back
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		var current workflows.ControlState
+		v, err := cc.c.QueryWorkflow(qctx, id, d.GetWorkflowExecutionInfo().GetExecution().GetRunId(), workflows.ControlStateQuery)
+		if err == nil && v.Get(&current) == nil && req.At.Before(current.Since) {
+			req.At = current.Since
+		}
+		cancel()
 	}
 	req.Action, req.TaskQueue = signal, cc.taskQueue
-	if req.At.Before(current.Since) {
-		// the control workflow ignores a request older than its state: an operator's clock behind another's
-		req.At = current.Since
-	}
 	run, err := cc.c.SignalWithStartWorkflow(ctx, id, signal, req, client.StartWorkflowOptions{ID: id, TaskQueue: cc.taskQueue},
 		workflows.ControlWorkflowName, workflows.ControlState{})
 	if err != nil {

@@ -195,3 +195,13 @@ func TestControlStateUnreadableIsPaused(t *testing.T) {
 		require.True(t, p)
 	})
 }
+
+// Pausing does not need a worker: with the control workflow's query failing (no worker polls),
+// the request is still sent.
+func TestSetPausedWithoutWorkers(t *testing.T) {
+	f := ours()
+	f.queryErr = serviceerror.NewUnavailable("no pollers")
+	_, err := New(f, "", "q", nil).SetPaused(context.Background(), true, workflows.ControlRequest{By: "ops", At: time.Now()})
+	require.ErrorContains(t, err, "not expected") // the fake's SignalWithStart
+	require.EqualValues(t, 1, f.signaled.Load())
+}

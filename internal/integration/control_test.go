@@ -171,7 +171,8 @@ func squatter(ctx workflow.Context) error {
 // as paused and starts no host (control_unreadable 1, which ProvisionerControlUnreadable alerts
 // on), hosts paused names the squatter, and the operator's pause or resume refuses to signal it.
 // Once it is terminated, the operator's resume starts the provisioner's control workflow again and
-// hosts are provisioned.
+// hosts are provisioned. The provisioner's own control workflow, terminated by someone, holds the
+// fleet the same way until hosts resume starts it again.
 func TestIntegrationSquattedControlWorkflowHoldsTheFleet(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{servers: 1})
@@ -234,6 +235,28 @@ func TestIntegrationSquattedControlWorkflowHoldsTheFleet(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(svc.Metrics.ControlUnreadable.WithLabelValues(e.cfg.Site)) == 0
 	}, 30*time.Second, 200*time.Millisecond)
+
+	// the provisioner's own control workflow ended by someone: held the same, until hosts resume
+	require.NoError(t, plain.TerminateWorkflow(ctx, controlID, "", "test"))
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(svc.Metrics.ControlUnreadable.WithLabelValues(e.cfg.Site)) == 1
+	}, 30*time.Second, 200*time.Millisecond, "an ended control workflow is unreadable")
+	out, code = e.cli(nil, "paused")
+	require.NotEqual(t, 0, code, out)
+	require.Contains(t, out, "Terminated", out)
+	late, err := e.stack.Fleet.Start(2)
+	require.NoError(t, err)
+	time.Sleep(control.PauseCacheTTL + 2*time.Second)
+	_, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(late.Identity), "")
+	require.True(t, errors.As(err, &notFound), "a host started while the control workflow was ended: %v", err)
+	_, err = op.SetPaused(ctx, false, "test", "")
+	require.NoError(t, err)
+	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond)
+	_, err = svc.Sweep(ctx)
+	require.NoError(t, err)
+	e.waitProvisioned(60*time.Second, late)
 }
 
 func mustCLI(t *testing.T, e *env, args ...string) string {

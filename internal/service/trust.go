@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/client"
-
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
@@ -107,6 +106,8 @@ func (s *Service) controlSignalConverter() (converter.DataConverter, error) {
 	return codec.DataConverter(c.Worker(nil)), nil
 }
 
+// refusedSignal counts every refused pause or resume signal and logs them summarised, as refused
+// payloads: anyone who can signal can send them by the thousand.
 func (s *Service) refusedSignal(r *workflows.RefusedSignalError) {
 	s.Metrics.RefusedSignals.WithLabelValues(s.cfg.Site, r.Reason).Inc()
 	s.refusals.Warn("signal_"+r.Reason, zap.String(logging.FieldWorkflowID, r.WorkflowID), zap.Error(r))
