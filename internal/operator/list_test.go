@@ -172,6 +172,8 @@ func TestListingPages(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadFilter)
 	_, err = o.List(context.Background(), Filter{Outcome: "broken"})
 	require.ErrorIs(t, err, ErrBadFilter)
+	_, err = o.ListPage(context.Background(), f, Page{Limit: -1})
+	require.ErrorIs(t, err, ErrBadFilter)
 }
 
 // The cost of `--outcome failed` is a page a thousand candidates and a query a 500 of their
