@@ -182,6 +182,9 @@ func (o *Operator) ListPage(ctx context.Context, f Filter, p Page) (*Listing, er
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
+	if p.Limit < 0 {
+		return nil, fmt.Errorf("%w: a limit of %d hosts", ErrBadFilter, p.Limit)
+	}
 	cur, err := decodeCursor(p.Token, o.Query(f))
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -171,6 +172,8 @@ func TestListingPages(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadFilter)
 	_, err = o.List(context.Background(), Filter{Outcome: "broken"})
 	require.ErrorIs(t, err, ErrBadFilter)
+	_, err = o.ListPage(context.Background(), f, Page{Limit: -1})
+	require.ErrorIs(t, err, ErrBadFilter)
 }
 
 // The cost of `--outcome failed` is a page a thousand candidates and a query a 500 of their
@@ -215,4 +218,30 @@ func TestListingEveryHostReadsEachRunOnce(t *testing.T) {
 		got[h.Identity] = fmt.Sprintf("%s/%d", h.Status, h.Runs)
 	}
 	require.Equal(t, map[string]string{"a": "Running/2", "b": "Completed/2", "c": "Failed/1"}, got)
+}
+
+// lateStarts is a Temporal that does not answer a host's first start in time, although it starts
+// the run: the second start meets that run.
+type lateStarts struct {
+	*fakeVisibility
+	tries map[string]int
+}
+
+func (l *lateStarts) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	l.tries[o.ID]++
+	if l.tries[o.ID] == 1 {
+		return nil, serviceerror.NewDeadlineExceeded("context deadline exceeded")
+	}
+	return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("started", "", "")
+}
+
+// A start Temporal answered late is tried again, and a run it started anyway counts as started.
+func TestBulkRetryTriesALateStartAgain(t *testing.T) {
+	l := &lateStarts{fakeVisibility: &fakeVisibility{candidate: failedOfOurs, runs: fleet(t, "a:failed")}, tries: map[string]int{}}
+	o := &Operator{C: l, TaskQueue: "tq"}
+	sum, err := o.Retries(context.Background(), RetryRequest{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, sum.Retried)
+	require.Empty(t, sum.Skipped)
+	require.Equal(t, 2, l.tries[workflows.WorkflowID("a")])
 }

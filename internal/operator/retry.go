@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"golang.org/x/time/rate"
@@ -19,9 +20,13 @@ import (
 // start a workflow of any type under a host's workflow ID, and the operator leaves it alone.
 var ErrNotOurs = errors.New("host's latest run is not a provisioner's")
 
-// retryWorkers bounds the starts of a bulk retry in flight; new_hosts_rate paces them (at 50 a
-// second, 64 keep the pace while a start takes up to a second on a busy Temporal).
-const retryWorkers = 64
+// retryWorkers bounds the starts of a bulk retry in flight; new_hosts_rate paces them. 32 keep
+// 50 a second while a start takes up to 0.6 s; 64 at once on the dev server under load left
+// starts unanswered past the client's 10 s deadline (docs/operations.md).
+const retryWorkers = 32
+
+// startAttempts is how often a bulk retry tries a start Temporal did not answer.
+const startAttempts = 3
 
 // latestRun describes a host's latest run: ErrUnknownHost when it has none, ErrNotOurs when a
 // provisioner did not start it, ErrAlreadyRunning when it is open.
@@ -152,7 +157,7 @@ func (o *Operator) startAll(ctx context.Context, ids []string, sum *RetrySummary
 			for id := range work {
 				err := lim.Wait(ctx)
 				if err == nil {
-					err = o.start(ctx, id)
+					err = o.startPatiently(ctx, id)
 				}
 				mu.Lock()
 				if err != nil {
@@ -173,4 +178,28 @@ func (o *Operator) startAll(ctx context.Context, ids []string, sum *RetrySummary
 	}
 	close(work)
 	wg.Wait()
+}
+
+// startPatiently tries a start again, twice, when Temporal did not answer it: a busy Temporal
+// answers a burst of starts late. A start that went through although its answer was lost meets
+// its own run the next time, and counts as started.
+func (o *Operator) startPatiently(ctx context.Context, identity string) error {
+	var err error
+	for attempt := range startAttempts {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt) * time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		err = o.start(ctx, identity)
+		switch {
+		case err == nil, attempt > 0 && errors.Is(err, ErrAlreadyRunning):
+			return nil
+		case !errors.Is(err, ErrUnreachable):
+			return err
+		}
+	}
+	return err
 }
