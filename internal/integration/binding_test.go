@@ -228,7 +228,7 @@ func TestIntegrationResetRunCompletes(t *testing.T) {
 // under one configuration (replica A), A is replaced by a replica whose configuration differs
 // (B: another defer delay), and the run is reset to a workflow task after its helper call was
 // scheduled. B runs the reset run with the policy the run recorded under A (the side effect is
-// replayed, not taken again), logs the difference once and counts it
+// replayed, not taken again), logs the difference once per run and counts it
 // (choria_provisioner_policy_drift_total), and the host is provisioned.
 func TestIntegrationResetAfterConfigChange(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
@@ -268,9 +268,13 @@ func TestIntegrationResetAfterConfigChange(t *testing.T) {
 	require.NoError(t, e.client.GetWorkflow(ctx, id, resp.GetRunId()).Get(ctx, &res), "the reset run completes")
 	require.Equal(t, workflows.OutcomeProvisioned, res.Outcome)
 	e.waitProvisioned(60*time.Second, m)
-	require.Equal(t, 1.0, testutil.ToFloat64(b.Metrics.PolicyDrift.WithLabelValues("dev")), "the difference counted once")
-	require.Equal(t, 1, e.logLines("replica-b", `"recorded_digest":"`+service.Policy(e.cfg).Digest()+`"`,
-		`"worker_digest":"`+service.Policy(&changed).Digest()+`"`), "and logged once, with both digests")
+	// once per run B worked on: the reset run, and the original too when B took a task of it
+	// before the reset (A's helper call ended when A stopped)
+	drift := testutil.ToFloat64(b.Metrics.PolicyDrift.WithLabelValues("dev"))
+	require.GreaterOrEqual(t, drift, 1.0, "the difference counted")
+	require.LessOrEqual(t, drift, 2.0, "once per run, not per request")
+	require.Equal(t, int(drift), e.logLines("replica-b", `"recorded_digest":"`+service.Policy(e.cfg).Digest()+`"`,
+		`"worker_digest":"`+service.Policy(&changed).Digest()+`"`), "and logged as often, with both digests")
 	markers := 0
 	for _, ev := range e.runHistory(id, resp.GetRunId()) {
 		if ev.GetMarkerRecordedEventAttributes().GetMarkerName() == "SideEffect" {
