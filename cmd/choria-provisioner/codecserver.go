@@ -71,36 +71,50 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 	if cd == nil {
 		return errors.New("temporal.plaintext is set: there is nothing to decode")
 	}
-	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs, BrowserLogin: c.login}
-	if c.login && len(c.origins) == 0 {
-		return errors.New("--browser-login needs the Web UI's origins (--cors-origin): its sessions are good from there only")
-	}
-	if c.issuer != "" || c.audience != "" || c.claim != "" || len(c.values) > 0 || c.anyUser {
-		o.OIDC, err = codec.NewOIDCVerifier(ctx, codec.OIDCOptions{Issuer: c.issuer, Audience: c.audience,
-			Claim: c.claim, Values: c.values, AnyUser: c.anyUser, KeyRefetchInterval: c.refetch})
-		if err != nil {
-			return err
-		}
-	}
-	scheme := "http"
-	if c.tlsCert != "" || c.tlsKey != "" {
-		if c.tlsCert == "" || c.tlsKey == "" {
-			return errors.New("--tls-cert and --tls-key go together")
-		}
-		log, err := logging.New(cfg.Loglevel, "-") // reloads and their failures, on stderr
-		if err != nil {
-			return err
-		}
-		if o.TLS, err = service.ServerTLS(c.tlsCert, c.tlsKey, log); err != nil {
-			return err
-		}
-		scheme = "https"
+	o, scheme, err := c.serverOptions(ctx, cfg, token)
+	if err != nil {
+		return err
 	}
 	addr, err := codec.Serve(ctx, c.listen, cd, o)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("codec server on %s://%s (key %s)\n", scheme, addr, cd.ActiveKeyID())
+	c.banner(scheme, addr, cd.ActiveKeyID(), o)
+	<-ctx.Done()
+	return nil
+}
+
+// serverOptions turns the flags into the server's options and the scheme it serves.
+func (c *codecServerCommand) serverOptions(ctx context.Context, cfg *config.Config, token string) (codec.ServerOptions, string, error) {
+	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs, BrowserLogin: c.login}
+	if c.login && len(c.origins) == 0 {
+		return o, "", errors.New("--browser-login needs the Web UI's origins (--cors-origin): its sessions are good from there only")
+	}
+	var err error
+	if c.issuer != "" || c.audience != "" || c.claim != "" || len(c.values) > 0 || c.anyUser {
+		o.OIDC, err = codec.NewOIDCVerifier(ctx, codec.OIDCOptions{Issuer: c.issuer, Audience: c.audience,
+			Claim: c.claim, Values: c.values, AnyUser: c.anyUser, KeyRefetchInterval: c.refetch})
+		if err != nil {
+			return o, "", err
+		}
+	}
+	if c.tlsCert == "" && c.tlsKey == "" {
+		return o, "http", nil
+	}
+	if c.tlsCert == "" || c.tlsKey == "" {
+		return o, "", errors.New("--tls-cert and --tls-key go together")
+	}
+	log, err := logging.New(cfg.Loglevel, "-") // reloads and their failures, on stderr
+	if err != nil {
+		return o, "", err
+	}
+	o.TLS, err = service.ServerTLS(c.tlsCert, c.tlsKey, log)
+	return o, "https", err
+}
+
+// banner says where the server listens and whom it serves (never the token).
+func (c *codecServerCommand) banner(scheme, addr, keyID string, o codec.ServerOptions) {
+	fmt.Printf("codec server on %s://%s (key %s)\n", scheme, addr, keyID)
 	if o.OIDC != nil {
 		who := fmt.Sprintf("whose claim %s holds one of %s", c.claim, strings.Join(c.values, ", "))
 		if c.anyUser {
@@ -109,7 +123,6 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 		fmt.Printf("accepting access tokens of %s for audience %s %s\n", c.issuer, c.audience, who)
 	}
 	if c.login {
-		// the page only: the token is never printed
 		fmt.Printf("browser login at %s://%s%s for the Web UI at %s\n", scheme, addr, codec.LoginPath, strings.Join(c.origins, ", "))
 	}
 	if c.devTrust {
@@ -120,6 +133,4 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 		fmt.Printf("DEVELOPMENT MODE: browsers of %s from %s are served without a token (loopback only); everyone else needs the bearer token\n",
 			who, strings.Join(c.origins, ", "))
 	}
-	<-ctx.Done()
-	return nil
 }
