@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/logging"
@@ -32,11 +33,12 @@ func DialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger) (cli
 
 // dialTemporal is DialTemporal reporting the SDK's metrics through mh (nil: none), with the
 // data converter dc (nil: the operators' one, DataConverter).
-func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler, dc converter.DataConverter) (client.Client, error) {
+func dialTemporal(ctx context.Context, cfg *config.Config, log *zap.Logger, mh client.MetricsHandler, dc converter.DataConverter, dial ...grpc.DialOption) (client.Client, error) {
 	opts, err := ClientOptions(cfg, log)
 	if err != nil {
 		return nil, err
 	}
+	opts.ConnectionOptions.DialOptions = append(opts.ConnectionOptions.DialOptions, dial...)
 	if dc != nil {
 		opts.DataConverter, opts.FailureConverter = dc, failureConverter(cfg, dc)
 	}
