@@ -34,6 +34,8 @@ type Metrics struct {
 	BusyWorkers      *prometheus.GaugeVec
 	WorkQueueEntries *prometheus.GaugeVec
 	WaitingNodes     *prometheus.GaugeVec
+	// ours: of WaitingNodes, the hosts the helper deferred (they wait by design)
+	DeferredNodes *prometheus.GaugeVec
 	// ours: sweep sightings of hosts provisioned since the sweep began, not started again
 	StaleSightings *prometheus.CounterVec
 	// ours: when jwt_signing_token expires (Unix seconds); absent without one that expires
@@ -95,9 +97,10 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
+		DeferredNodes:    gauge("deferred_nodes", "Of waiting_nodes, the hosts the helper deferred: they wait by design (running host workflows whose outcome is deferred)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -109,7 +112,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		m.ProvisionErrors, m.HelperErrors, m.ShutdownRequests, m.StaleSightings} {
 		c.WithLabelValues(site).Add(0)
 	}
-	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes} {
+	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes} {
 		g.WithLabelValues(site).Set(0)
 	}
 	// and every reason of a refusal, so that an alert on its rate sees the first one
