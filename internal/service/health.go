@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,26 +61,57 @@ func (s *Service) expectComponents() {
 	}
 }
 
-// brokerProbe is up when every broker connection of the process is: the worker's shared RPC
-// connection (dialled now if no request has yet) and discovery's.
-func brokerProbe(rpc *activities.SharedFramework, d func() *discovery.Discoverer) func(context.Context) error {
-	return func(ctx context.Context) error {
-		var down []string
-		if rpc != nil {
-			if _, err := rpc.NewConnector(ctx, rpc.MiddlewareServers, "provisioner-rpc", rpc.Logger("health")); err != nil {
-				down = append(down, fmt.Sprintf("the worker's connection: %v", err))
-			} else if !rpc.Connected() {
+// brokerWatch is up when every broker connection of the process is: the worker's shared RPC
+// connection and discovery's. The worker's is dialled here if no request has dialled it yet, in
+// the background: a dial holds the shared framework until the broker answers, and the probe must
+// not hang on it (its loop is watched, and a broker outage is no reason to restart the process).
+type brokerWatch struct {
+	rpc  *activities.SharedFramework
+	disc func() *discovery.Discoverer
+
+	dialled atomic.Bool
+	dialing atomic.Bool
+	dialErr atomic.Pointer[string]
+}
+
+func (b *brokerWatch) probe(context.Context) error {
+	var down []string
+	if b.rpc != nil {
+		switch {
+		case b.dialled.Load():
+			if !b.rpc.Connected() {
 				down = append(down, "the worker's connection is down (reconnecting)")
 			}
+		default:
+			if b.dialing.CompareAndSwap(false, true) {
+				go b.dial()
+			}
+			why := "being dialled"
+			if e := b.dialErr.Load(); e != nil {
+				why = "not connected: " + *e
+			}
+			down = append(down, "the worker's connection is "+why)
 		}
-		if disc := d(); disc != nil && !disc.Connected() {
-			down = append(down, "discovery's connection is down (reconnecting)")
-		}
-		if len(down) > 0 {
-			return errors.New(strings.Join(down, "; "))
-		}
-		return nil
 	}
+	if d := b.disc(); d != nil && !d.Connected() {
+		down = append(down, "discovery's connection is down (reconnecting)")
+	}
+	if len(down) > 0 {
+		return errors.New(strings.Join(down, "; "))
+	}
+	return nil
+}
+
+func (b *brokerWatch) dial() {
+	defer b.dialing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := b.rpc.NewConnector(ctx, b.rpc.MiddlewareServers, "provisioner-rpc", b.rpc.Logger("health")); err != nil {
+		msg := err.Error()
+		b.dialErr.Store(&msg)
+		return
+	}
+	b.dialled.Store(true)
 }
 
 // pollWatch observes the worker's task queue polls on their way to Temporal (a gRPC interceptor):

@@ -241,7 +241,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	if s.opts.Discovery {
 		s.runDiscovery(ctx, fw, tc, errc)
 	}
-	go s.Health.Probe(ctx, health.Broker, HealthEvery, HealthTimeout, brokerProbe(rpcFw, s.discoverer.Load))
+	go s.Health.Probe(ctx, health.Broker, HealthEvery, HealthTimeout, (&brokerWatch{rpc: rpcFw, disc: s.discoverer.Load}).probe)
 	if ready != nil {
 		ready()
 	}
