@@ -4,6 +4,10 @@
 # (Temporal on PostgreSQL, docs/deployment.md); promtool (monitoring/go.mod) for the alert tests.
 # make run builds only what it runs: the Temporal CLI and our binaries. Every tool build goes
 # through scripts/build-step.sh, which says what it builds and how long it takes while it does.
+# bash with pipefail: the fault targets pipe go test through grep, and a pipeline's status would
+# otherwise be grep's (a failed scenario exited 0)
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 BIN        := .bin
 PROVISIONER := $(BIN)/choria-provisioner
 DEV        := $(BIN)/choria-provisioner-dev

@@ -11,7 +11,7 @@ func (a *Activities) Restart(ctx context.Context, in RestartInput) (*MessageResu
 	if err != nil {
 		return nil, err
 	}
-	a.metrics.Provisioned.WithLabelValues(a.set.Site).Inc()
+	// choria_provisioner_provisioned is counted by the run's outcome (service.ProvisionErrors)
 	a.logger(ctx, in.Identity, StepRestart).Info("provisioned")
 	res := message(r)
 	res.At = time.Now()

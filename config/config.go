@@ -110,6 +110,8 @@ type Config struct {
 	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
 	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
 	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
+	HealthPort                 int            `koanf:"health_port"`       // ours: /healthz and /readyz, 0 disables; served whether or not monitor_port is
+	HealthAddress              string         `koanf:"health_address"`    // ours: bind address for health_port; empty: all interfaces, as monitor_address
 	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
 	LifecycleComponent         string         `koanf:"lifecycle_component"`
 	CertDenyList               []string       `koanf:"cert_deny_list"`
@@ -147,6 +149,7 @@ func defaults() map[string]any {
 	return map[string]any{
 		"interval":            "1m",
 		"loglevel":            "info",
+		"health_port":         8081,
 		"helper_timeout":      "10s",
 		"rpc_timeout":         "10s",
 		"defer_delay":         "30s",
@@ -351,6 +354,12 @@ func (c *Config) validateLimits() error {
 	}
 	if c.MonitorPort < 0 || c.MonitorPort > 65535 {
 		return invalid("monitor_port", "%d is not a port number", c.MonitorPort)
+	}
+	if c.HealthPort < 0 || c.HealthPort > 65535 {
+		return invalid("health_port", "%d is not a port number", c.HealthPort)
+	}
+	if c.HealthPort != 0 && c.HealthPort == c.MonitorPort && c.HealthAddress == c.MonitorAddress {
+		return invalid("health_port", "%d is monitor_port's too: health has a listener of its own", c.HealthPort)
 	}
 	return nil
 }

@@ -47,6 +47,8 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue)
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
+	require.Equal(t, 8081, cfg.HealthPort, "health is served by default, Prometheus or not")
+	require.Empty(t, cfg.HealthAddress, "all interfaces, as monitor_address")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
 	require.Equal(t, 50.0, cfg.NewHostsRate, "a flood of forged sightings is bounded by default")
@@ -129,6 +131,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		"helper_timeout: -1s\n":                                   "helper_timeout",
 		"temporal: {codec_key_file: /nonexistent/key}\n":          "temporal.codec_key_file",
 		"monitor_port: 70000\n":                                   "monitor_port",
+		"health_port: -1\n":                                       "health_port",
+		"monitor_port: 9000\nhealth_port: 9000\n":                 "health_port",
 		"temporal: {plaintext: true, grpc_compression: brotli}\n": "temporal.grpc_compression",
 		"workers: -1\n":                                           "workers",
 		"temporal: {plaintext: true, workflow_cache_size: -1}\n":  "temporal.workflow_cache_size",

@@ -137,4 +137,7 @@ type Options struct {
 	// new_hosts_burst); 0: unlimited.
 	NewHostsRate  float64
 	NewHostsBurst int
+	// Turn, when set, is called at every turn of discovery's loop (at least every 10 s between
+	// sweeps): the process's health watches it.
+	Turn func()
 }

@@ -60,6 +60,18 @@ func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, 
 	return d
 }
 
+// Connected is whether discovery's broker connection (startup events and sweeps) is up: false
+// before Run has connected, and while go-choria reconnects it. Without events (DisableEvents)
+// discovery keeps no connection, and nothing is down.
+func (d *Discoverer) Connected() bool {
+	if d.opts.DisableEvents {
+		return true
+	}
+	d.connMu.Lock()
+	defer d.connMu.Unlock()
+	return d.conn != nil && d.conn.IsConnected()
+}
+
 // pauseEvery is how often the paused gauge follows the control workflow between sweeps.
 const pauseEvery = 10 * time.Second
 
@@ -91,6 +103,9 @@ func (d *Discoverer) loop(ctx context.Context) {
 	}
 	due, ended := time.Now(), time.Time{}
 	for {
+		if d.opts.Turn != nil {
+			d.opts.Turn()
+		}
 		select {
 		case <-ctx.Done():
 			d.gate.report()

@@ -80,3 +80,14 @@ func TestExampleConfigHasEveryKey(t *testing.T) {
 		require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue, name)
 	}
 }
+
+// The example says what temporal.fast_mode and temporal.local_activities are now (config.Temporal):
+// fast mode runs the steps locally except configure, and local_activities is that switch.
+func TestExampleDescribesFastModeAsItIs(t *testing.T) {
+	b, err := os.ReadFile("choria-provisioner.yaml")
+	require.NoError(t, err)
+	s := string(b)
+	require.Regexp(t, `(?m)^\s*# fast_mode: false\s+# the steps as local activities, configure excepted`, s)
+	require.Regexp(t, `(?m)^\s*# local_activities: false\s+# accepted: the same switch as fast_mode`, s)
+	require.NotContains(t, s, "every step a local activity", "configure is never a local activity")
+}

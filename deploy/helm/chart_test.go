@@ -345,8 +345,8 @@ func checkDefaults(t *testing.T, r *rendered, cfg *config.Config, client map[str
 	if len(tmpl.Spec.InitContainers) != 1 || tmpl.Spec.InitContainers[0].Args[0] != "setup" {
 		t.Errorf("init containers %v: want setup", tmpl.Spec.InitContainers)
 	}
-	if len(r.deployments) != 1 || len(r.services) != 0 {
-		t.Errorf("the defaults render Deployments %v and Services %v: want the provisioner alone", keys(r.deployments), keys(r.services))
+	if len(r.deployments) != 1 || len(r.services) != 1 || r.services[fullname+"-metrics"] == nil {
+		t.Errorf("the defaults render Deployments %v and Services %v: want the provisioner and its metrics Service alone", keys(r.deployments), keys(r.services))
 	}
 }
 
@@ -454,8 +454,8 @@ func checkCloud(t *testing.T, r *rendered, cfg *config.Config, client map[string
 		t.Errorf("the site names its own Secrets, yet the chart renders %v", keys(r.secrets))
 	}
 	spec := r.deployment(t, fullname).Spec.Template.Spec
-	if spec.ServiceAccountName != "choria-csraccess" || len(spec.Containers[0].Ports) != 0 || spec.Containers[0].LivenessProbe != nil {
-		t.Errorf("want the pki service account and no metrics port: %s %v", spec.ServiceAccountName, spec.Containers[0].Ports)
+	if spec.ServiceAccountName != "choria-csraccess" || len(spec.Containers[0].Ports) != 1 || spec.Containers[0].Ports[0].Name != "health" {
+		t.Errorf("want the pki service account and no metrics port (health alone): %s %v", spec.ServiceAccountName, spec.Containers[0].Ports)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/common/util"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -41,6 +42,10 @@ type rendered struct {
 	services    map[string]*corev1.Service
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	ingresses   map[string]*networkingv1.Ingress
+	policies    map[string]*networkingv1.NetworkPolicy
+	pods        map[string]*corev1.Pod // helm test hooks
+	monitors    map[string]*monitoringv1.ServiceMonitor
+	rules       map[string]*monitoringv1.PrometheusRule
 	count       int
 }
 
@@ -49,7 +54,8 @@ type rendered struct {
 func decoder(t *testing.T) runtime.Decoder {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme,
+		monitoringv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +107,9 @@ func render(t *testing.T, set map[string]any, files ...string) *rendered {
 	dec := decoder(t)
 	r := &rendered{deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
 		secrets: map[string]*corev1.Secret{}, services: map[string]*corev1.Service{},
-		pdbs: map[string]*policyv1.PodDisruptionBudget{}, ingresses: map[string]*networkingv1.Ingress{}}
+		pdbs: map[string]*policyv1.PodDisruptionBudget{}, ingresses: map[string]*networkingv1.Ingress{},
+		policies: map[string]*networkingv1.NetworkPolicy{}, pods: map[string]*corev1.Pod{},
+		monitors: map[string]*monitoringv1.ServiceMonitor{}, rules: map[string]*monitoringv1.PrometheusRule{}}
 	names := make([]string, 0, len(out))
 	for name := range out {
 		names = append(names, name)
@@ -144,7 +152,8 @@ func stripComments(doc string) string {
 func (r *rendered) add(obj runtime.Object) error {
 	r.count++
 	stored := store(r.deployments, obj) || store(r.configMaps, obj) || store(r.secrets, obj) ||
-		store(r.services, obj) || store(r.pdbs, obj) || store(r.ingresses, obj)
+		store(r.services, obj) || store(r.pdbs, obj) || store(r.ingresses, obj) || store(r.policies, obj) ||
+		store(r.pods, obj) || store(r.monitors, obj) || store(r.rules, obj)
 	if !stored {
 		return fmt.Errorf("the chart renders a %T, which this test does not check", obj)
 	}

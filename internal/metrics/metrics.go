@@ -34,6 +34,8 @@ type Metrics struct {
 	BusyWorkers      *prometheus.GaugeVec
 	WorkQueueEntries *prometheus.GaugeVec
 	WaitingNodes     *prometheus.GaugeVec
+	// ours: of WaitingNodes, the hosts the helper deferred (they wait by design)
+	DeferredNodes *prometheus.GaugeVec
 	// ours: sweep sightings of hosts provisioned since the sweep began, not started again
 	StaleSightings *prometheus.CounterVec
 	// ours: when jwt_signing_token expires (Unix seconds); absent without one that expires
@@ -89,8 +91,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		PolicyDrift:      counter("policy_drift_total", "Runs that decide with a policy recorded under another configuration than this worker's (a run that outlived a configuration change, a reset run)"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),
-		Provisioned:      counter("provisioned", "Nodes provisioned"),
-		ProvisionErrors:  counter("provision_errors", "Provisioning attempts that failed"),
+		Provisioned:      counter("provisioned", "Nodes provisioned: host runs that restarted their server into its configuration, once each"),
+		ProvisionErrors:  counter("provision_errors", "Host runs that ended failed, once each (a run's steps retry before it fails)"),
 		FailedRuns:       counter("failed_runs_total", "Host runs that ended failed, by the step they failed at", "step"),
 		RefusedSignals: counter("refused_signals_total", "Pause and resume signals refused, by reason: not sealed with the provisioner's key for "+
 			"the task queue's control scope, empty, not a request for their action and queue, or stale", "reason"),
@@ -105,9 +107,10 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		BusyWorkers:      gauge("busy_workers", "Provisioning steps executing in this worker now"),
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
+		DeferredNodes:    gauge("deferred_nodes", "Of waiting_nodes, the hosts the helper deferred: they wait by design (running host workflows whose outcome is deferred)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
@@ -119,7 +122,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		m.ProvisionErrors, m.HelperErrors, m.ShutdownRequests, m.StaleSightings} {
 		c.WithLabelValues(site).Add(0)
 	}
-	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.ControlUnreadable} {
+	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.ControlUnreadable} {
 		g.WithLabelValues(site).Set(0)
 	}
 	// and every reason of a refusal, so that an alert on its rate sees the first one

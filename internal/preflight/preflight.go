@@ -48,6 +48,7 @@ func Run(ctx context.Context, o Options, report func(Result)) int {
 	r.checkHelper(cfg)
 	r.checkSigner(cfg)
 	cd := r.checkCodecKey(cfg)
+	r.checkHealth(ctx, cfg)
 	r.checkBroker(ctx, cfg)
 	tc := r.checkTemporal(ctx, cfg)
 	if tc == nil {

@@ -1,11 +1,15 @@
 package preflight
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/health"
 )
 
 func collect(r *runner) *[]Result {
@@ -171,4 +176,51 @@ func TestPrintOneLinePerCheck(t *testing.T) {
 	Print(&b, Result{Name: "broker", Status: Fail, Detail: "nats://127.0.0.1:1: refused", Fix: "start the broker"})
 	Print(&b, Result{Name: "temporal", Status: OK, Detail: "127.0.0.1:7233", Fix: "ignored when ok"})
 	require.Equal(t, "FAIL  broker             nats://127.0.0.1:1: refused -> start the broker\nok    temporal           127.0.0.1:7233\n", b.String())
+}
+
+// check reports what a running service's /readyz reports, each component; with nothing on
+// health_port, that the service can listen there; and a port held by another program.
+func TestHealthCheck(t *testing.T) {
+	m := health.New()
+	m.Set(health.Temporal, nil)
+	m.Set(health.Broker, errors.New("the worker's connection is down (reconnecting)"))
+	m.Expect(health.Discovery)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := health.Serve(ctx, "127.0.0.1:0", m)
+	require.NoError(t, err)
+	_, portText, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portText)
+
+	run := func(cfg *config.Config) map[string]Result {
+		r := &runner{o: Options{Timeout: 2 * time.Second}}
+		out := collect(r)
+		r.checkHealth(ctx, cfg)
+		got := map[string]Result{}
+		for _, res := range *out {
+			got[res.Name] = res
+		}
+		return got
+	}
+	got := run(&config.Config{HealthPort: port, HealthAddress: "127.0.0.1"})
+	require.Equal(t, OK, got["ready: temporal"].Status, "%+v", got)
+	require.Equal(t, Fail, got["ready: broker"].Status)
+	require.Contains(t, got["ready: broker"].Detail, "connection is down")
+	require.Equal(t, Warn, got["ready: discovery"].Status)
+
+	// another program on the port: not a provisioner's /readyz, and the service could not listen
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	_, busyText, _ := net.SplitHostPort(l.Addr().String())
+	busy, _ := strconv.Atoi(busyText)
+	require.Equal(t, Fail, run(&config.Config{HealthPort: busy, HealthAddress: "127.0.0.1"})["health"].Status)
+
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, freeText, _ := net.SplitHostPort(free.Addr().String())
+	require.NoError(t, free.Close())
+	freePort, _ := strconv.Atoi(freeText)
+	require.Equal(t, OK, run(&config.Config{HealthPort: freePort, HealthAddress: "127.0.0.1"})["health"].Status)
+	require.Equal(t, Warn, run(&config.Config{})["health"].Status, "health_port 0")
 }

@@ -44,6 +44,15 @@ echo '{"defer": false, "msg": "ok", "configuration": {"plugin.choria.server.prov
 // provision_errors interceptor and stand-ins for the RPCs.
 func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []string) error {
 	t.Helper()
+	return provisionWithRestart(t, m, log, helper, func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
+		return &activities.MessageResult{Message: "restarting"}, nil
+	})
+}
+
+// provisionWithRestart is provisionOnce with restart standing in for the restart step.
+func provisionWithRestart(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []string,
+	restart func(context.Context, activities.RestartInput) (*activities.MessageResult, error)) error {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: workflows.WorkflowID("n1.example")})
@@ -63,8 +72,12 @@ func provisionOnce(t *testing.T, m *metrics.Metrics, log *zap.Logger, helper []s
 		r.SetReply(in.Request)
 		return r, nil
 	}, activity.RegisterOptions{Name: activities.ConfigureName})
-	env.RegisterActivityWithOptions(func(_ context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
-		r := &activities.MessageResult{Message: "restarting"}
+	// the stand-in answers with the request's seal, as the activities' wrapper does
+	env.RegisterActivityWithOptions(func(ctx context.Context, in activities.RestartInput) (*activities.MessageResult, error) {
+		r, err := restart(ctx, in)
+		if err != nil {
+			return nil, activities.SealFailure(err, 1, in.Request)
+		}
 		r.SetReply(in.Request)
 		return r, nil
 	}, activity.RegisterOptions{Name: activities.RestartName})
@@ -105,6 +118,40 @@ func TestProvisionErrorsOncePerFailedRun(t *testing.T) {
 	require.Len(t, final, 1)
 	require.Equal(t, zap.ErrorLevel, final[0].Level)
 	require.Equal(t, uint64(8), helperRuns(t, reg), "every helper run is timed")
+}
+
+// choria_provisioner_provisioned counts runs that provisioned their host, once each, where the
+// run's outcome is decided: a restart the server did not confirm (it had already gone) counts,
+// a restart step run again after a lost completion counts once, a failed run not at all.
+func TestProvisionedOncePerRun(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), "dc1")
+	require.NoError(t, err)
+	provisioned := func() float64 { return testutil.ToFloat64(m.Provisioned.WithLabelValues("dc1")) }
+
+	require.NoError(t, provisionOnce(t, m, zap.NewNop(), helperScript(t, 0)))
+	require.Equal(t, 1.0, provisioned(), "a run that restarted its server")
+
+	// the configured server restarted before it answered the restart request
+	require.NoError(t, provisionWithRestart(t, m, zap.NewNop(), helperScript(t, 0),
+		func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
+			return nil, activities.NewError(activities.ErrTypeNoReply, "choria_provision#restart: no reply", nil)
+		}))
+	require.Equal(t, 2.0, provisioned(), "an unconfirmed restart provisioned the host too")
+
+	// the step's first try restarted the server, but its completion was lost: it runs again
+	tries := 0
+	require.NoError(t, provisionWithRestart(t, m, zap.NewNop(), helperScript(t, 0),
+		func(context.Context, activities.RestartInput) (*activities.MessageResult, error) {
+			if tries++; tries == 1 {
+				return nil, activities.NewError(activities.ErrTypeRPC, "the worker lost the reply", nil)
+			}
+			return &activities.MessageResult{Message: "restarting"}, nil
+		}))
+	require.Equal(t, 2, tries)
+	require.Equal(t, 3.0, provisioned(), "one run, one host: counted once")
+
+	require.Error(t, provisionOnce(t, m, zap.NewNop(), helperScript(t, -1)))
+	require.Equal(t, 3.0, provisioned(), "a failed run provisioned nothing")
 }
 
 func helperRuns(t *testing.T, reg *prometheus.Registry) uint64 {

@@ -11,7 +11,10 @@ import (
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
-// ProvisionErrors counts choria_provisioner_provision_errors once per host run that ends failed,
+// ProvisionErrors counts the runs' outcomes where each run's outcome is decided, once per run:
+// choria_provisioner_provisioned for a run that provisioned its host (it restarted the server
+// into its configuration, the restart confirmed or not; a stale sighting of a provisioned host
+// restarted nothing), and choria_provisioner_provision_errors once per host run that ends failed,
 // as the Choria Provisioner counted one per failed provisioning attempt of a host, and
 // choria_provisioner_failed_runs_total by the step it failed at: the run's ProvisionStep search
 // attribute, which the workflow sets to that step as it fails (its own state, from its history). A step's
@@ -42,12 +45,24 @@ type provisionErrorsInbound struct {
 
 func (i *provisionErrorsInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
 	res, err := i.Next.ExecuteWorkflow(ctx, in)
-	if runFailed(err) && !workflow.IsReplaying(ctx) {
+	if workflow.IsReplaying(ctx) {
+		return res, err
+	}
+	if r, ok := res.(*workflows.ProvisionResult); ok && err == nil && provisioned(r) {
+		i.m.Provisioned.WithLabelValues(i.m.Site).Inc()
+	}
+	if runFailed(err) {
 		i.m.ProvisionErrors.WithLabelValues(i.m.Site).Inc()
 		step, _ := workflow.GetTypedSearchAttributes(ctx).GetKeyword(workflows.StepKey)
 		i.m.FailedRuns.WithLabelValues(i.m.Site, step).Inc()
 	}
 	return res, err
+}
+
+// provisioned is true for a run that provisioned its host: the restart step's activity cannot
+// tell (an unconfirmed restart fails it, a re-run repeats it), the run's result can.
+func provisioned(r *workflows.ProvisionResult) bool {
+	return r != nil && r.Outcome == workflows.OutcomeProvisioned && !r.RestartedAt.IsZero()
 }
 
 // runFailed is true for an error that ends the run failed: not a continue-as-new (a host deferred

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/choria-io/go-choria/choria"
@@ -29,6 +30,7 @@ import (
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/health"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -131,7 +133,11 @@ type Service struct {
 	Metrics *metrics.Metrics
 	// MonitorAddress is where /metrics listens, once Run has started it.
 	MonitorAddress string
-	discoverer     *discovery.Discoverer
+	// Health is what /healthz and /readyz report; HealthAddress is where they listen, once Run
+	// has started them.
+	Health        *health.Monitor
+	HealthAddress string
+	discoverer    atomic.Pointer[discovery.Discoverer]
 	// refusals logs refused payloads and results once per reason and interval (counters exact)
 	refusals *logging.Summary
 }
@@ -141,10 +147,11 @@ func (s *Service) Registry() *prometheus.Registry { return s.opts.Registry }
 
 // Sweep runs a discovery sweep now (operators and tests; Run sweeps every interval anyway).
 func (s *Service) Sweep(ctx context.Context) (int, error) {
-	if s.discoverer == nil {
+	d := s.discoverer.Load()
+	if d == nil {
 		return 0, errors.New("discovery is not running in this process")
 	}
-	return s.discoverer.Sweep(ctx)
+	return d.Sweep(ctx)
 }
 
 // New prepares a service; Run starts it.
@@ -156,7 +163,9 @@ func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: log, opts: opts, Metrics: m, refusals: logging.NewSummary(log, "payload refused", 0)}, nil
+	s := &Service{cfg: cfg, log: log, opts: opts, Metrics: m, Health: health.New(), refusals: logging.NewSummary(log, "payload refused", 0)}
+	s.expectComponents()
+	return s, nil
 }
 
 // Policy is what this process's configuration decides about the runs its worker begins.
@@ -195,6 +204,9 @@ func loopback(host string) bool {
 func (s *Service) Run(ctx context.Context, ready func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := s.serveHealth(ctx); err != nil {
+		return err
+	}
 	if err := s.serveMetrics(ctx); err != nil {
 		return err
 	}
@@ -208,26 +220,31 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		return err
 	}
 	defer stopMetrics()
-	tc, err := s.dialWorker(ctx, mh)
+	var polls *pollWatch
+	if s.opts.Worker {
+		polls = newPollWatch(s.Health.Watch("worker", WorkerStall))
+	}
+	tc, err := s.dialWorker(ctx, mh, polls)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
 
+	var rpcFw *activities.SharedFramework
 	if s.opts.Worker {
-		stop, err := s.runWorker(ctx, fw, tc)
-		if err != nil {
+		var stop func()
+		if stop, rpcFw, err = s.runWorker(ctx, fw, tc); err != nil {
 			return err
 		}
 		defer stop()
 		go s.watchSigner(ctx, SignerRefresh)
 	}
+	go s.probeTemporal(ctx, tc, polls)
 	errc := make(chan error, 1)
 	if s.opts.Discovery {
-		s.discoverer = discovery.New(fw, tc, s.discoveryOptions(tc), s.Metrics, s.log.Named("discovery"))
-		go func() { errc <- s.discoverer.Run(ctx) }()
-		go s.fleetGauges(ctx, tc)
+		s.runDiscovery(ctx, fw, tc, errc)
 	}
+	go s.Health.Probe(ctx, health.Broker, HealthEvery, HealthTimeout, (&brokerWatch{rpc: rpcFw, disc: s.discoverer.Load}).probe)
 	if ready != nil {
 		ready()
 	}
@@ -240,6 +257,38 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// probeTemporal keeps the Temporal component's health: with a worker, whether it polls (polls);
+// without, whether the frontend answers discovery's client.
+func (s *Service) probeTemporal(ctx context.Context, tc client.Client, polls *pollWatch) {
+	if polls != nil {
+		s.Health.Probe(ctx, health.Temporal, HealthEvery, HealthTimeout, polls.polling)
+		return
+	}
+	s.Health.Probe(ctx, health.Temporal, HealthEvery, HealthTimeout, func(ctx context.Context) error {
+		_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	})
+}
+
+// runDiscovery starts discovery, its loop watched (it is up from its first turn), and the fleet
+// gauges; Run's error goes to errc.
+func (s *Service) runDiscovery(ctx context.Context, fw *choria.Framework, tc client.Client, errc chan<- error) {
+	opts := s.discoveryOptions(tc)
+	turn := s.Health.Watch(health.Discovery, DiscoveryStall(opts.Interval))
+	opts.Turn = func() { turn(); s.Health.Set(health.Discovery, nil) }
+	d := discovery.New(fw, tc, opts, s.Metrics, s.log.Named("discovery"))
+	s.discoverer.Store(d)
+	go func() {
+		err := d.Run(ctx)
+		s.Health.Unwatch(health.Discovery)
+		if err != nil {
+			s.Health.Set(health.Discovery, err)
+		}
+		errc <- err
+	}()
+	go s.fleetGauges(ctx, tc)
 }
 
 // discoveryOptions are discovery's options from the configuration.
@@ -294,11 +343,11 @@ func (s *Service) workerOptions() worker.Options {
 
 // runWorker starts the workers with the service's activities and, with worker versioning,
 // settles this build's place in the deployment before discovery starts; stop stops them.
-func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client.Client) (stop func(), err error) {
+func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client.Client) (stop func(), rpc *activities.SharedFramework, err error) {
 	wo := s.workerOptions()
 	signals, err := s.controlSignalConverter()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// pause and resume reach a run only as requests sealed for this queue's control scope
 	wo.Interceptors = append(wo.Interceptors, workflows.ControlSignals(signals, s.refusedSignal))
@@ -308,14 +357,14 @@ func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client
 	stopWorkers, err := s.startWorkers(tc, wo, acts)
 	if err != nil {
 		rpcFw.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if s.cfg.Temporal.WorkerVersioning {
 		s.settleVersion(ctx, tc)
 	} else {
 		s.warnUnversioned(ctx, tc)
 	}
-	return func() { stopWorkers(); rpcFw.Close() }, nil
+	return func() { stopWorkers(); rpcFw.Close() }, rpcFw, nil
 }
 
 // startWorkers starts the worker on the task queue and, with helper_rate_limit, the helper
@@ -353,11 +402,14 @@ func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activi
 }
 
 // fleetGauges keeps the Choria Provisioner's queue gauges from Temporal: waiting_nodes was the
-// hosts in its list (found, not yet done), here the running host workflows; work_queue_entries
+// hosts in its list (found, not yet done), here the running host workflows (deferred_nodes: those
+// of them the helper deferred); work_queue_entries
 // was the hosts in its work queue waiting for a worker, here the tasks waiting in this site's
 // task queues for a worker (Temporal's approximate backlog).
 func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	running := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
+	// the hosts of running that wait by the helper's decision: ProvisionerNoProgress leaves them out
+	deferred := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true, Outcome: workflows.OutcomeDeferred}
 	queues := []struct {
 		name string
 		kind enumspb.TaskQueueType
@@ -384,6 +436,9 @@ func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 	for {
 		if resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: running.String()}); err == nil {
 			s.Metrics.WaitingNodes.WithLabelValues(s.cfg.Site).Set(float64(resp.GetCount()))
+		}
+		if resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: deferred.String()}); err == nil {
+			s.Metrics.DeferredNodes.WithLabelValues(s.cfg.Site).Set(float64(resp.GetCount()))
 		}
 		if n, ok := backlog(); ok {
 			s.Metrics.WorkQueueEntries.WithLabelValues(s.cfg.Site).Set(n)

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
@@ -62,12 +63,17 @@ var refusalReasons = []string{codec.ReasonPlaintext, codec.ReasonUnknownKey, cod
 
 // dialWorker dials the worker's client (discovery shares it): it reads only payloads of its
 // own keys, written for the workflow at hand.
-func (s *Service) dialWorker(ctx context.Context, mh client.MetricsHandler) (client.Client, error) {
+// polls, when set, watches the worker's polls for its health.
+func (s *Service) dialWorker(ctx context.Context, mh client.MetricsHandler, polls *pollWatch) (client.Client, error) {
 	dc, err := s.workerDataConverter()
 	if err != nil {
 		return nil, err
 	}
-	return dialTemporal(ctx, s.cfg, s.log, mh, dc)
+	var dial []grpc.DialOption
+	if polls != nil {
+		dial = append(dial, grpc.WithChainUnaryInterceptor(polls.intercept))
+	}
+	return dialTemporal(ctx, s.cfg, s.log, mh, dc, dial...)
 }
 
 // workerDataConverter is the data converter of the worker's client: it refuses payloads that are

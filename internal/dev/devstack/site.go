@@ -24,6 +24,10 @@ type SiteOptions struct {
 	LogFile           string
 	MonitorPort       int
 	MonitorAddress    string
+	// HealthPort is written as health_port when set, with HealthAddress; negative writes 0
+	// (health off: processes of a test share the machine). 0 leaves the default (8081).
+	HealthPort    int
+	HealthAddress string
 	// TemporalTLS and TemporalAPIKeyFile are written as temporal.tls and temporal.api_key_file.
 	TemporalTLS        config.TLS
 	TemporalAPIKeyFile string
@@ -116,8 +120,9 @@ temporal:
   namespace: %s
   task_queue: %s
   codec_key_file: %q
-%s`, o.Interval, o.LogLevel, o.LogFile, o.Helper, c.Token, o.MonitorPort, o.MonitorAddress, c.ProvisioningPassword,
-		c.featureKeys(), o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TemporalNamespace, o.TaskQueue, f.CodecKeyFile, temporalAuthYAML(o.TemporalTLS, o.TemporalAPIKeyFile))
+%s%s`, o.Interval, o.LogLevel, o.LogFile, o.Helper, c.Token, o.MonitorPort, o.MonitorAddress, c.ProvisioningPassword,
+		c.featureKeys(), o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TemporalNamespace, o.TaskQueue, f.CodecKeyFile, temporalAuthYAML(o.TemporalTLS, o.TemporalAPIKeyFile),
+		healthYAML(o.HealthPort, o.HealthAddress))
 	if err := os.WriteFile(f.ConfigFile, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
@@ -161,4 +166,15 @@ jwt_verify_cert: %q`, c.PKI.SignerPublic)
 jwt_verify_cert: %q
 jwt_signing_key: %q
 jwt_signing_token: %q`, c.IssuerPublic, c.ProvisionerSeed, c.ProvisionerJWT)
+}
+
+// healthYAML is health_port and health_address as SiteOptions asks.
+func healthYAML(port int, address string) string {
+	switch {
+	case port < 0:
+		return "health_port: 0\n"
+	case port == 0:
+		return ""
+	}
+	return fmt.Sprintf("health_port: %d\nhealth_address: %q\n", port, address)
 }

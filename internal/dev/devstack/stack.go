@@ -29,6 +29,9 @@ type StackOptions struct {
 	UIPort         int
 	TemporalPort   int
 	MonitorPort    int
+	// HealthPort is the provisioner's health_port, on 127.0.0.1; 0: off (the processes of tests
+	// and of a dev stack share one machine, and 8081 once).
+	HealthPort int
 	// Helper overrides the example helper command line.
 	Helper      string
 	Interval    string
@@ -235,6 +238,7 @@ func (s *Stack) writeProvisionerConfig() error {
 		Dir: s.Opts.Dir, BrokerURL: s.provisionerBroker(), TemporalAddress: s.provisionerTemporal(), TaskQueue: s.TaskQueue,
 		Helper: helper, Interval: s.Opts.Interval, DeferDelay: s.Opts.DeferDelay, LogLevel: s.Opts.LogLevel,
 		LogFile: filepath.Join(s.Opts.Dir, "provisioner.log"), MonitorPort: s.Opts.MonitorPort, MonitorAddress: "127.0.0.1",
+		HealthPort: stackHealthPort(s.Opts.HealthPort), HealthAddress: "127.0.0.1",
 		TemporalNamespace: s.Opts.TemporalNamespace, TemporalTLS: s.Opts.TemporalTLS, TemporalAPIKeyFile: s.Opts.TemporalAPIKeyFile,
 	})
 	if err != nil {
@@ -301,3 +305,11 @@ func (s *Stack) Stop() {
 
 // RewriteConfig writes the provisioner configuration again after Opts changed (tests swap the helper).
 func (s *Stack) RewriteConfig() error { return s.writeProvisionerConfig() }
+
+// stackHealthPort is StackOptions.HealthPort as SiteOptions takes it: 0 is off.
+func stackHealthPort(port int) int {
+	if port == 0 {
+		return -1
+	}
+	return port
+}

@@ -1,13 +1,24 @@
+{{- /* the chart's name, or nameOverride */ -}}
+{{- define "choria-provisioner.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- /* the objects' name: fullnameOverride, else the release's name with the chart's (once) */ -}}
 {{- define "choria-provisioner.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "choria-provisioner.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "choria-provisioner.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "choria-provisioner.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -87,6 +98,12 @@ template includes it, so `helm template` and `helm install` stop before anything
 {{- if and $v.codecServer.enabled (not $v.temporal.codecKey.secret) -}}
 {{- fail "codecServer.enabled needs temporal.codecKey.secret" -}}
 {{- end -}}
+{{- if and $v.prometheus.enabled (eq (int $v.prometheus.port) (int $v.health.port)) -}}
+{{- fail "health.port and prometheus.port must differ: health has a listener of its own" -}}
+{{- end -}}
+{{- if and (or $v.prometheus.serviceMonitor.enabled $v.dashboard.enabled) (not $v.prometheus.enabled) -}}
+{{- fail "prometheus.serviceMonitor and dashboard need prometheus.enabled: they read its /metrics" -}}
+{{- end -}}
 {{- if and $v.codecServer.ingress.enabled (not $v.codecServer.ingress.host) -}}
 {{- fail "codecServer.ingress.host is required with codecServer.ingress.enabled" -}}
 {{- end -}}
@@ -98,6 +115,8 @@ template includes it, so `helm template` and `helm install` stop before anything
   "jwt_signing_token" "ed25519.signerSecret"
   "choria_config" "broker.*"
   "monitor_port" "prometheus.port"
+  "health_port" "health.port"
+  "health_address" "nothing: the probes reach every interface of the pod"
   "features" "jwt.enabled, ed25519.enabled, pki.enabled, upgrades.enabled"
   "logfile" "nothing: a pod logs to stderr"
   "workers" "provisioner.workers"
@@ -130,6 +149,7 @@ template includes it, so `helm template` and `helm install` stop before anything
   "helper" (default (printf "%s/helper/provision-helper" $dir) $v.helper.command)
   "choria_config" (printf "%s/config/client.cfg" $dir)
   "monitor_port" (ternary (int $v.prometheus.port) 0 $v.prometheus.enabled)
+  "health_port" (int $v.health.port)
   "features" (dict "jwt" (or $v.jwt.enabled $v.ed25519.enabled) "ed25519" $v.ed25519.enabled "pki" $v.pki.enabled "upgrades" $v.upgrades.enabled)
 -}}
 {{- if $v.jwt.signerSecret -}}

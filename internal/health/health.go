@@ -1,0 +1,188 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Monitor holds the components' states and the loops' last turns of one process.
+type Monitor struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	comps map[string]*Status
+	loops map[string]*watchdog
+}
+
+type watchdog struct {
+	last  time.Time
+	stall time.Duration
+}
+
+// New is a Monitor with no component: ready and alive until components and loops are added.
+func New() *Monitor {
+	return &Monitor{now: time.Now, comps: map[string]*Status{}, loops: map[string]*watchdog{}}
+}
+
+// Expect registers a component the process runs, Starting until it is first Set.
+func (m *Monitor) Expect(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.comps[name]; !ok {
+		m.comps[name] = &Status{State: Starting, Since: m.now()}
+	}
+}
+
+// Set records what was observed of a component: up, or down for the reason err. Since changes
+// only when the state does, so it says how long the component has been up (or down).
+func (m *Monitor) Set(name string, err error) {
+	state, detail := Up, ""
+	if err != nil {
+		state, detail = Down, err.Error()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.comps[name]
+	if !ok || c.State != state {
+		m.comps[name] = &Status{State: state, Since: m.now(), Detail: detail}
+		return
+	}
+	c.Detail = detail
+}
+
+// Watch registers a loop that must turn at least once every stall; the returned function is
+// its turn. A loop that stops turning makes the process not alive (/healthz 503): a supervisor
+// restarts it. Registering counts as a turn.
+func (m *Monitor) Watch(name string, stall time.Duration) (turn func()) {
+	m.mu.Lock()
+	m.loops[name] = &watchdog{last: m.now(), stall: stall}
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if w, ok := m.loops[name]; ok {
+			w.last = m.now()
+		}
+	}
+}
+
+// Unwatch removes a loop that ended on purpose (its context ended).
+func (m *Monitor) Unwatch(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.loops, name)
+}
+
+// Report is every component's state and every loop's last turn, now.
+func (m *Monitor) Report() Report {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	r := Report{Ready: true, Alive: true, Components: map[string]Status{}, Loops: map[string]Loop{}}
+	for name, c := range m.comps {
+		r.Components[name] = *c
+		if c.State != Up {
+			r.Ready = false
+		}
+	}
+	for name, w := range m.loops {
+		alive := now.Sub(w.last) <= w.stall
+		r.Loops[name] = Loop{Alive: alive, LastTurn: w.last, Stall: w.stall.String()}
+		if !alive {
+			r.Alive = false
+		}
+	}
+	return r
+}
+
+// NotReady names the components that are not up, sorted: for logs and `check`.
+func (r Report) NotReady() []string {
+	var out []string
+	for name, c := range r.Components {
+		if c.State != Up {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Probe keeps component name's state from probe, run every interval (each bounded by timeout)
+// until ctx ends; the probing loop is itself watched, so a probe that hangs past its timeout
+// makes the process not alive.
+func (m *Monitor) Probe(ctx context.Context, name string, every, timeout time.Duration, probe func(context.Context) error) {
+	m.Expect(name)
+	turn := m.Watch("probe:"+name, every+2*timeout)
+	defer m.Unwatch("probe:" + name)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		m.Set(name, err)
+		turn()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Handler serves LivePath (200 alive, 503 a loop stalled) and ReadyPath (200 alive and every
+// component up, 503 otherwise), each with the Report as JSON.
+func (m *Monitor) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+LivePath, func(w http.ResponseWriter, _ *http.Request) {
+		r := m.Report()
+		writeReport(w, r.Alive, r)
+	})
+	mux.HandleFunc("GET "+ReadyPath, func(w http.ResponseWriter, _ *http.Request) {
+		r := m.Report()
+		writeReport(w, r.Ready && r.Alive, r)
+	})
+	return mux
+}
+
+func writeReport(w http.ResponseWriter, ok bool, r Report) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(r)
+}
+
+// Serve serves Handler on addr until ctx ends, and returns the bound address (useful with
+// port 0) once listening.
+func Serve(ctx context.Context, addr string, m *Monitor) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("health listener on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the listener is gone; the probes that use it will say so
+		}
+	}()
+	return l.Addr().String(), nil
+}
