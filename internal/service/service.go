@@ -29,8 +29,8 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/control"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/health"
+	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
