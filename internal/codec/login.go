@@ -56,17 +56,20 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 // the UI's page cannot read it, and the browser sends it only on requests of the same site
 // (http://localhost:8080 calling http://localhost:8081), never on another site's.
 func loginHandler(o ServerOptions) http.Handler {
-	back := "/"
+	back, formAction := "/", "'self'"
 	if len(o.Origins) > 0 {
-		back = strings.TrimRight(o.Origins[0], "/") + "/"
+		origin := strings.TrimRight(o.Origins[0], "/")
+		// form-action holds for the redirect after the post too: the UI's origin is its target
+		back, formAction = origin+"/", "'self' "+origin
 	}
+	csp := "default-src 'none'; form-action " + formAction + "; frame-ancestors 'none'"
 	want := []byte(o.Token)
 	form := func(w http.ResponseWriter, status int, failed bool) {
 		h := w.Header()
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-store")
 		// no script, no frame: the page is a form that posts to itself
-		h.Set("Content-Security-Policy", "default-src 'none'; form-action 'self'; frame-ancestors 'none'")
+		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Frame-Options", "DENY")
 		w.WriteHeader(status)
 		_ = loginPage.Execute(w, struct {

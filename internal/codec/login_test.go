@@ -59,6 +59,7 @@ func TestBrowserLoginSessionStandsForTheToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(page), `name="token"`)
 	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "form-action 'self' "+ui, "the redirect after the post goes to the UI")
 	resp, err = browser.PostForm(base+LoginPath, url.Values{"token": {"s3cret-token-0123456780"}})
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -265,11 +265,15 @@ func (b *browser) fill(sel, value string) {
 // waitURL waits until the page's location starts with prefix (a redirect done).
 func (b *browser) waitURL(prefix string) {
 	b.t.Helper()
-	var loc string
-	require.Eventually(b.t, func() bool {
-		loc, _ = chromedp.Run(b.ctx, chromedp.Evaluate[string](`location.href`))
-		return strings.HasPrefix(loc, prefix)
-	}, 60*time.Second, 200*time.Millisecond, "the page stayed at %s", loc)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		loc, err := chromedp.Run(b.ctx, chromedp.Location())
+		if err == nil && strings.HasPrefix(loc, prefix) {
+			return
+		}
+		require.True(b.t, time.Now().Before(deadline), "the page stayed at %s (%v): %s", loc, err, b.text())
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func mustOut(t *testing.T, f func(...string) (string, error), args ...string) string {
