@@ -20,6 +20,7 @@ var OtherEnv = map[string]string{
 	"PROVISIONER_DEBIAN_MIRROR":      "the compose images' Debian mirror",
 	"PROVISIONER_DEBIAN_SECURITY":    "the compose images' Debian security mirror",
 	"PROVISIONER_MODPROXY_PORT":      "the compose images' module proxy port",
+	"PROVISIONER_ORIGINAL_HELPERS":   "the compose test's paths to the Choria Provisioner's own helpers",
 }
 
 // keySet is what the Config struct's koanf tags allow: leaves (a value), sections (a struct,

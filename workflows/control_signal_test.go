@@ -26,9 +26,16 @@ func admitControlSignals(env *testsuite.TestWorkflowEnvironment, refused *[]*Ref
 		})}})
 }
 
-// controlRequest is a request for action on the test queue, made now.
+// controlRequest is a request for action on the test environment's queue, made now.
 func controlRequest(env *testsuite.TestWorkflowEnvironment, action string) ControlRequest {
 	return ControlRequest{Action: action, TaskQueue: testQueue, By: "ops", At: env.Now()}
+}
+
+// hostRequest is a request for action on the queue the suite's host runs are started on, made now.
+func (s *ProvisionSuite) hostRequest(action string) ControlRequest {
+	r := controlRequest(s.env, action)
+	r.TaskQueue = testStarter.TaskQueue
+	return r
 }
 
 // Pause and resume signals that are not a request for their action on the run's own queue, made
@@ -115,7 +122,7 @@ func (s *ProvisionSuite) TestForgedPauseDoesNotHoldTheHost() {
 	}, 0)
 	// a sealed pause made well before the run started (copied from another run's history)
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(PauseSignal, ControlRequest{Action: PauseSignal, TaskQueue: testQueue, At: s.env.Now().Add(-2 * ControlRequestSkew)})
+		s.env.SignalWorkflow(PauseSignal, ControlRequest{Action: PauseSignal, TaskQueue: testStarter.TaskQueue, At: s.env.Now().Add(-2 * ControlRequestSkew)})
 	}, 0)
 	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)

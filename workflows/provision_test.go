@@ -613,9 +613,9 @@ func (s *ProvisionSuite) TestHelperGivesUpAfterFiveAttempts() {
 func (s *ProvisionSuite) TestPauseHoldsTheHostBeforeItsNextStep() {
 	var paused Status
 	admitControlSignals(s.env, nil)
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(PauseSignal, controlRequest(s.env, PauseSignal)) }, 0)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(PauseSignal, s.hostRequest(PauseSignal)) }, 0)
 	s.env.RegisterDelayedCallback(func() { paused = s.status() }, time.Hour)
-	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(ResumeSignal, controlRequest(s.env, ResumeSignal)) }, 2*time.Hour)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(ResumeSignal, s.hostRequest(ResumeSignal)) }, 2*time.Hour)
 	s.execute(Features{JWT: true}, input())
 	s.Equal(OutcomeProvisioned, s.result().Outcome)
 	s.True(paused.Paused)

@@ -105,17 +105,7 @@ func Handler(c *Codec, o ServerOptions) http.Handler {
 			w.WriteHeader(http.StatusOK)
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		ok := o.Token != "" && subtle.ConstantTimeCompare([]byte(auth), want) == 1
-		if !ok && o.OIDC != nil {
-			if bearer, found := strings.CutPrefix(auth, "Bearer "); found && bearer != "" {
-				ok = o.OIDC.Verify(r.Context(), bearer) == nil
-			}
-		}
-		if !ok && o.BrowserLogin && known {
-			ok = validSession(r, o.Token)
-		}
-		if !ok && !(o.DevTrustOrigins && known && o.sameUser(r)) {
+		if !o.authorized(r, want, known) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
@@ -124,6 +114,22 @@ func Handler(c *Codec, o ServerOptions) http.Handler {
 		}
 		api.ServeHTTP(w, r)
 	})
+}
+
+// authorized is true when the request carries the token, an access token of the OIDC issuer, a
+// browser session (from a known origin), or comes from a trusted user's browser in dev-trust mode.
+func (o ServerOptions) authorized(r *http.Request, want []byte, known bool) bool {
+	auth := r.Header.Get("Authorization")
+	if o.Token != "" && subtle.ConstantTimeCompare([]byte(auth), want) == 1 {
+		return true
+	}
+	if bearer, found := strings.CutPrefix(auth, "Bearer "); found && bearer != "" && o.OIDC != nil && o.OIDC.Verify(r.Context(), bearer) == nil {
+		return true
+	}
+	if o.BrowserLogin && known && validSession(r, o.Token) {
+		return true
+	}
+	return o.DevTrustOrigins && known && o.sameUser(r)
 }
 
 // sameUser is true when the request's connection comes from a process of a trusted user.
