@@ -149,7 +149,7 @@ func defaults() map[string]any {
 	return map[string]any{
 		"interval":            "1m",
 		"loglevel":            "info",
-		"health_port":         8081,
+		"health_port":         9465,
 		"helper_timeout":      "10s",
 		"rpc_timeout":         "10s",
 		"defer_delay":         "30s",

@@ -54,8 +54,8 @@ func TestChartProbes(t *testing.T) {
 				}
 			}
 			cfg, _ := loadProvisioner(t, r, s.fixtures, d)
-			if port != cfg.HealthPort || port != 8081 {
-				t.Errorf("container port health %d, health_port %d: want both 8081", port, cfg.HealthPort)
+			if port != cfg.HealthPort || port != 9465 {
+				t.Errorf("container port health %d, health_port %d: want both 9465", port, cfg.HealthPort)
 			}
 			wantGrace := int64(30)
 			if s.name == "mutual TLS to Temporal, 3 replicas" {
@@ -95,7 +95,7 @@ func TestChartObservability(t *testing.T) {
 	for _, p := range svc.Spec.Ports {
 		ports[p.Name] = p.Port
 	}
-	if ports["metrics"] != 9464 || ports["health"] != 8081 {
+	if ports["metrics"] != 9464 || ports["health"] != 9465 {
 		t.Errorf("metrics Service ports %v", ports)
 	}
 	d := r.deployment(t, fullname)

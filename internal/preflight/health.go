@@ -19,7 +19,7 @@ import (
 func (r *runner) checkHealth(ctx context.Context, cfg *config.Config) {
 	if cfg.HealthPort <= 0 {
 		r.emit(Result{Name: "health", Status: Warn, Detail: "health_port is 0: no /healthz or /readyz, so probes and health checks have nothing to ask",
-			Fix: "set health_port (default 8081)"})
+			Fix: "set health_port (default 9465)"})
 		return
 	}
 	host := cfg.HealthAddress
