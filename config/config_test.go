@@ -47,7 +47,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "choria-provisioner", cfg.Temporal.TaskQueue)
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
-	require.Equal(t, 8081, cfg.HealthPort, "health is served by default, Prometheus or not")
+	require.Equal(t, 9465, cfg.HealthPort, "health is served by default, Prometheus or not")
 	require.Empty(t, cfg.HealthAddress, "all interfaces, as monitor_address")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
