@@ -25,7 +25,7 @@ type SiteOptions struct {
 	MonitorPort       int
 	MonitorAddress    string
 	// HealthPort is written as health_port when set, with HealthAddress; negative writes 0
-	// (health off: processes of a test share the machine). 0 leaves the default (8081).
+	// (health off: processes of a test share the machine). 0 leaves the default (9465).
 	HealthPort    int
 	HealthAddress string
 	// TemporalTLS and TemporalAPIKeyFile are written as temporal.tls and temporal.api_key_file.
