@@ -30,7 +30,7 @@ type StackOptions struct {
 	TemporalPort   int
 	MonitorPort    int
 	// HealthPort is the provisioner's health_port, on 127.0.0.1; 0: off (the processes of tests
-	// and of a dev stack share one machine, and 8081 once).
+	// and of a dev stack share one machine, and 9465 once).
 	HealthPort int
 	// Helper overrides the example helper command line.
 	Helper      string
