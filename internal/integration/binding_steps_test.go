@@ -102,6 +102,36 @@ func TestIntegrationCopiedStepResultsRefused(t *testing.T) {
 		require.Equal(t, float64(i+1), testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)), step)
 	}
 	require.Zero(t, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonUnsealedFailure)))
+
+	// a plaintext failure of each type the reads branch on (the host left provisioning mode, it
+	// does not answer), completed by ID into a read held in flight: the run never ends on it as
+	// a stale sighting; it fails, or reads again and ends as the real server answers
+	e.setFlag("helper-broken", false)
+	for i, c := range []struct{ step, errType string }{
+		{activities.InventoryName, activities.ErrTypeNotProvisioning},
+		{activities.InventoryName, activities.ErrTypeHostNotProvisioning},
+		{activities.InventoryName, activities.ErrTypeNoReply},
+		{activities.FetchJWTName, activities.ErrTypeHostNotProvisioning},
+		{activities.FetchJWTName, activities.ErrTypeNoReply},
+	} {
+		release := e.holdRequests()
+		announcer = e.reannounce(announcer, 0)
+		runID, activityID := e.inFlight(announcer.Identity, c.step, 60*time.Second)
+		e.forgeFailure(plain, announcer.Identity, runID, activityID, c.errType)
+		release()
+		var res workflows.ProvisionResult
+		err := e.client.GetWorkflow(ctx, workflows.WorkflowID(announcer.Identity), runID).Get(ctx, &res)
+		events := e.runHistory(workflows.WorkflowID(announcer.Identity), runID)
+		t.Logf("PLAINTEXT %s into %s: outcome %q, message %q, error %v, failures %q", c.errType, c.step, res.Outcome, res.Message, err, e.activityFailures(events))
+		require.Equal(t, float64(i+1), testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonUnsealedFailure)), c.errType)
+		require.NotContains(t, res.Message, "stale sighting", "%s into %s", c.errType, c.step)
+		if err == nil {
+			require.Equal(t, workflows.OutcomeProvisioned, res.Outcome, "%s into %s", c.errType, c.step)
+			require.GreaterOrEqual(t, len(scheduledOf(events, c.step)), 2, "%s into %s: read again", c.errType, c.step)
+			require.Contains(t, scheduled(events), activities.ConfigureName, "%s into %s: provisioned because it was configured", c.errType, c.step)
+			e.waitProvisioned(60*time.Second, announcer)
+		}
+	}
 }
 
 // forgeFailure fails the activity by ID with a plaintext failure of errType, as a namespace
