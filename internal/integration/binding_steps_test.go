@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -199,4 +200,49 @@ func TestIntegrationUnsealedFailuresInRestartAndShutdown(t *testing.T) {
 			require.True(t, c.status().Hosts[identity].Restarted, "%s: the run ended so because the server did", c.step)
 		}
 	}
+}
+
+// The combined attack in pki mode, where the helper makes the server's private key: the helper
+// output recorded in the identity's earlier run (the key, sealed for that run) completed by ID
+// into the re-announced host's helper call is refused, configure is never scheduled, and no
+// private key reaches the announcer.
+func TestIntegrationPKICopiedHelperKeyRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{mode: devstack.ModePKI, servers: 0, helper: func(s *devstack.Stack) string {
+		script := filepath.Join(s.Opts.Dir, "helper.sh")
+		body := fmt.Sprintf("#!/bin/sh\ninput=$(cat)\nif [ -f %[1]s/helper-slow ]; then sleep 8; fi\nprintf '%%s' \"$input\" | %[2]s --supply-key\n", s.Opts.Dir, s.HelperCommand)
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	e.refusals = true
+	svc := e.provisioner("replica-a")
+	first, err := e.stack.Fleet.Start(0)
+	require.NoError(t, err)
+	e.waitProvisioned(90*time.Second, first)
+	log, err := os.ReadFile(first.LogFile)
+	require.NoError(t, err)
+	require.Contains(t, string(log), "Received a PRIVATE KEY", "the earlier run sent the helper's key")
+	earlier := completedResults(e.history(first.Identity))
+	require.NotNil(t, earlier[activities.RunHelperName])
+
+	plain := e.plainClient()
+	ctx := context.Background()
+	e.setFlag("helper-slow", true)
+	announcer := e.reannounce(first, 0)
+	runID, activityID := e.inFlight(announcer.Identity, activities.RunHelperName, 60*time.Second)
+	_, err = plain.WorkflowService().RespondActivityTaskCompletedById(ctx, &workflowservice.RespondActivityTaskCompletedByIdRequest{
+		Namespace: e.cfg.Temporal.Namespace, WorkflowId: workflows.WorkflowID(announcer.Identity), RunId: runID, ActivityId: activityID,
+		Result: earlier[activities.RunHelperName], Identity: "attacker"})
+	require.NoError(t, err)
+	err = e.client.GetWorkflow(ctx, workflows.WorkflowID(announcer.Identity), runID).Get(ctx, nil)
+	require.Error(t, err, "the run fails")
+	require.Contains(t, err.Error(), "result refused")
+	t.Logf("COPIED pki helper output: %v", err)
+	events := e.runHistory(workflows.WorkflowID(announcer.Identity), runID)
+	require.NotContains(t, scheduled(events), activities.ConfigureName, "no key or configuration sent")
+	require.Never(t, func() bool { return devstack.Provisioned(announcer) }, 3*time.Second, 250*time.Millisecond)
+	log, err = os.ReadFile(announcer.LogFile)
+	require.NoError(t, err)
+	require.NotContains(t, string(log), "Received a PRIVATE KEY", "no private key reached the announcer")
+	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)))
 }
