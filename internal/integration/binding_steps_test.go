@@ -10,7 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	deploymentpb "go.temporal.io/api/deployment/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/faultproxy"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -244,5 +248,66 @@ func TestIntegrationPKICopiedHelperKeyRefused(t *testing.T) {
 	log, err = os.ReadFile(announcer.LogFile)
 	require.NoError(t, err)
 	require.NotContains(t, string(log), "Received a PRIVATE KEY", "no private key reached the announcer")
+	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)))
+}
+
+// The combined attack, poll-and-answer: the attacker does not complete the helper task by ID but
+// takes it off the queue itself, as any namespace client may poll, and answers it by its task
+// token with the helper output of the identity's earlier run. For the attacker's poll to be
+// handed the task at all it must present the provisioner's Worker Deployment version (with
+// worker_versioning, a versioned run's tasks go only to pollers of its build; an unversioned
+// poll waits forever), and no poller of the provisioner's may be waiting: here the helper runs on
+// its own queue (helper_rate_limit) and both of the one worker's helper slots are held by two
+// other hosts' helper calls, so the provisioner does not poll that queue. The run refuses the
+// result as it does one completed by ID.
+func TestIntegrationPolledHelperTaskRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{servers: 0, extraConfig: "workers: 1\nhelper_rate_limit: 50\n", helper: func(s *devstack.Stack) string {
+		script := filepath.Join(s.Opts.Dir, "helper.sh")
+		body := fmt.Sprintf("#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *'\"identity\":\"'*node-00[12]*) while [ -f %[1]s/held ]; do sleep 0.2; done;; esac\nprintf '%%s' \"$input\" | %[2]s\n", s.Opts.Dir, s.HelperCommand)
+		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		return script
+	}})
+	e.refusals = true
+	require.Equal(t, 2, service.HelperTaskSlots(1))
+	svc := e.provisioner("replica-a")
+	first, err := e.stack.Fleet.Start(0)
+	require.NoError(t, err)
+	e.waitProvisioned(90*time.Second, first)
+	earlier := completedResults(e.history(first.Identity))
+	require.NotNil(t, earlier[activities.RunHelperName])
+
+	e.setFlag("held", true)
+	for i := 1; i <= 2; i++ { // the provisioner's two helper slots, held
+		m, err := e.stack.Fleet.Start(i)
+		require.NoError(t, err)
+		e.inFlight(m.Identity, activities.RunHelperName, 60*time.Second)
+	}
+	announcer := e.reannounce(first, 0)
+	plain := e.plainClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	task, err := plain.WorkflowService().PollActivityTaskQueue(ctx, &workflowservice.PollActivityTaskQueueRequest{
+		Namespace: e.cfg.Temporal.Namespace, Identity: "attacker",
+		TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.HelperTaskQueue(e.cfg.Temporal.TaskQueue), Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		DeploymentOptions: &deploymentpb.WorkerDeploymentOptions{DeploymentName: service.DeploymentName(e.cfg.Temporal.TaskQueue),
+			BuildId: "development", WorkerVersioningMode: enumspb.WORKER_VERSIONING_MODE_VERSIONED}})
+	require.NoError(t, err)
+	require.NotEmpty(t, task.GetTaskToken(), "the attacker's poll is handed a task")
+	require.Equal(t, workflows.WorkflowID(announcer.Identity), task.GetWorkflowExecution().GetWorkflowId(), "the announcer's helper task")
+	require.Equal(t, activities.RunHelperName, task.GetActivityType().GetName())
+	_, err = plain.WorkflowService().RespondActivityTaskCompleted(ctx, &workflowservice.RespondActivityTaskCompletedRequest{
+		Namespace: e.cfg.Temporal.Namespace, TaskToken: task.GetTaskToken(), Result: earlier[activities.RunHelperName], Identity: "attacker"})
+	require.NoError(t, err)
+	runID := task.GetWorkflowExecution().GetRunId()
+	err = e.client.GetWorkflow(ctx, workflows.WorkflowID(announcer.Identity), runID).Get(ctx, nil)
+	e.setFlag("held", false)
+	require.Error(t, err, "the run fails")
+	require.Contains(t, err.Error(), "result refused")
+	t.Logf("POLLED helper task answered with the earlier output: %v", err)
+	events := e.runHistory(workflows.WorkflowID(announcer.Identity), runID)
+	require.NotContains(t, scheduled(events), activities.ConfigureName, "no configuration sent")
+	require.NotContains(t, e.localActivities(events), activities.SignServerJWTName, "nothing signed for the announcer's key")
+	require.False(t, devstack.Provisioned(announcer))
 	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.RefusedPayloads.WithLabelValues("dev", activities.ReasonForeignResult)))
 }
