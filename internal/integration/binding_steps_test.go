@@ -285,11 +285,19 @@ func TestIntegrationPolledHelperTaskRefused(t *testing.T) {
 	}
 	announcer := e.reannounce(first, 0)
 	plain := e.plainClient()
+	queue := &taskqueuepb.TaskQueue{Name: workflows.HelperTaskQueue(e.cfg.Temporal.TaskQueue), Kind: enumspb.TASK_QUEUE_KIND_NORMAL}
+	e.inFlight(announcer.Identity, activities.RunHelperName, 60*time.Second)
+	// why an earlier attempt's attacker never received the task: an unversioned poll is not
+	// handed a versioned run's task
+	unversioned, cancelUnversioned := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelUnversioned()
+	none, err := plain.WorkflowService().PollActivityTaskQueue(unversioned, &workflowservice.PollActivityTaskQueueRequest{
+		Namespace: e.cfg.Temporal.Namespace, Identity: "attacker", TaskQueue: queue})
+	require.Empty(t, none.GetTaskToken(), "an unversioned poll gets no task (%v)", err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	task, err := plain.WorkflowService().PollActivityTaskQueue(ctx, &workflowservice.PollActivityTaskQueueRequest{
-		Namespace: e.cfg.Temporal.Namespace, Identity: "attacker",
-		TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.HelperTaskQueue(e.cfg.Temporal.TaskQueue), Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		Namespace: e.cfg.Temporal.Namespace, Identity: "attacker", TaskQueue: queue,
 		DeploymentOptions: &deploymentpb.WorkerDeploymentOptions{DeploymentName: service.DeploymentName(e.cfg.Temporal.TaskQueue),
 			BuildId: "development", WorkerVersioningMode: enumspb.WORKER_VERSIONING_MODE_VERSIONED}})
 	require.NoError(t, err)
