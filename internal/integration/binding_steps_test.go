@@ -50,6 +50,7 @@ func (e *env) holdRequests() (release func()) {
 // as a local activity in the run's own worker, so no task of it is ever on the queue to answer
 // (no run's history schedules one).
 func TestIntegrationCopiedStepResultsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t), faults: true})
 	e.refusals = true
 	svc := e.provisioner("replica-a")
@@ -112,6 +113,7 @@ func TestIntegrationCopiedStepResultsRefused(t *testing.T) {
 	// does not answer), completed by ID into a read held in flight: the run never ends on it as
 	// a stale sighting; it fails, or reads again and ends as the real server answers
 	e.setFlag("helper-broken", false)
+	e.setFlag("helper-slow", false)
 	for i, c := range []struct{ step, errType string }{
 		{activities.InventoryName, activities.ErrTypeNotProvisioning},
 		{activities.InventoryName, activities.ErrTypeHostNotProvisioning},
