@@ -48,8 +48,13 @@ type outboundCalls struct {
 func (o *outboundCalls) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
 	if activityType == activities.ConfigureName && len(args) == 1 {
 		if in, ok := args[0].(activities.ConfigureInput); ok && workflow.GetVersion(ctx, ChangeID, workflow.DefaultVersion, 1) == 1 {
+			// the read acts only on a request its run sealed for the inventory step: the
+			// configure request's seal, for that step (the reply is not read)
+			req := in.Request
+			req.Step = activities.StepInventory
+			read := activities.HostInput{Requested: activities.Requested{Request: req}, Identity: in.Identity}
 			var inv activities.InventoryResult
-			if err := o.Next.ExecuteActivity(ctx, activities.InventoryName, activities.HostInput{Identity: in.Identity}).Get(ctx, &inv); err != nil {
+			if err := o.Next.ExecuteActivity(ctx, activities.InventoryName, read).Get(ctx, &inv); err != nil {
 				return failed(ctx, err)
 			}
 		}
