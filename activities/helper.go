@@ -43,8 +43,8 @@ func (h *HelperRunner) environment() []string {
 	return env
 }
 
-// Run executes the helper once. On timeout the helper's whole process group is killed, so a shell
-// wrapper cannot leave its children running.
+// Run executes the helper once. Once it exits, or on timeout, the helper's whole process group is
+// killed, so a shell wrapper cannot leave its children running.
 func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error) {
 	in, err := json.Marshal(input)
 	if err != nil {
@@ -71,6 +71,11 @@ func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error
 	cmd.Stderr = stderr
 
 	err = cmd.Run()
+	if cmd.Process != nil {
+		// whatever the helper left behind goes with it: a child it started in the background
+		// would outlive every call (the group's ID is not reused while a member lives)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	switch {
 	case tctx.Err() != nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%w after %v (process group killed)%s", ErrHelperTimeout, h.Timeout, stderrNote(stderr))
