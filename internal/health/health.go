@@ -3,13 +3,12 @@ package health
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/choria-temporal/provisioner/internal/httpserve"
 )
 
 // Monitor holds the components' states and the loops' last turns of one process.
@@ -168,21 +167,5 @@ func writeReport(w http.ResponseWriter, ok bool, r Report) {
 // Serve serves Handler on addr until ctx ends, and returns the bound address (useful with
 // port 0) once listening.
 func Serve(ctx context.Context, addr string, m *Monitor) (string, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", fmt.Errorf("health listener on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the listener is gone; the probes that use it will say so
-		}
-	}()
-	return l.Addr().String(), nil
+	return httpserve.Serve(ctx, "health", addr, m.Handler())
 }

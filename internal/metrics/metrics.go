@@ -4,15 +4,15 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	httppprof "net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/choria-temporal/provisioner/internal/httpserve"
 )
 
 // Metrics are the provisioner's series. Every one carries the site label.
@@ -154,10 +154,6 @@ func (m *Metrics) ObserveRPC(rpc string, start time.Time, err error) {
 // Serve exposes /metrics from gatherer on addr until ctx ends. It returns the bound address
 // (useful with port 0) once listening.
 func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, pprof bool) (string, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", fmt.Errorf("monitor listener on %s: %w", addr, err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	if pprof {
@@ -167,17 +163,5 @@ func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, pprof
 		mux.HandleFunc("/debug/pprof/symbol", httppprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", httppprof.Trace)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the listener is gone; nothing else to do with it
-		}
-	}()
-	return l.Addr().String(), nil
+	return httpserve.Serve(ctx, "monitor", addr, mux)
 }
