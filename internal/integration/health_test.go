@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -125,16 +124,7 @@ func TestIntegrationDeferredNodesGauge(t *testing.T) {
 	var deferred string
 	e := newEnv(t, envOptions{servers: 2, helper: func(s *devstack.Stack) string {
 		deferred = s.Fleet.Identity(1)
-		script := filepath.Join(s.Opts.Dir, "defer-helper.sh")
-		body := fmt.Sprintf(`#!/bin/sh
-input=$(cat)
-case "$input" in
-*'"identity":"%[1]s"'*) echo '{"defer":true,"msg":"CMDB has no record"}'; exit 0;;
-esac
-printf '%%s' "$input" | %[2]s
-`, deferred, s.HelperCommand)
-		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
-		return script
+		return cmdbDeferHelper(t, s, deferred)
 	}})
 	e.cfg.DeferDelayDuration = 10 * time.Minute // the deferred host's run stays open
 	svc := e.provisioner("replica-a")

@@ -159,6 +159,22 @@ printf '%%s' "$input" | %[3]s
 	return script
 }
 
+// cmdbDeferHelper writes a helper that defers identity for ever ("CMDB has no record") and hands
+// every other host to the stack's helper.
+func cmdbDeferHelper(t *testing.T, s *devstack.Stack, identity string) string {
+	t.Helper()
+	script := filepath.Join(s.Opts.Dir, "cmdb-helper.sh")
+	body := fmt.Sprintf(`#!/bin/sh
+input=$(cat)
+case "$input" in
+*'"identity":"%[1]s"'*) echo '{"defer":true,"msg":"CMDB has no record"}'; exit 0;;
+esac
+printf '%%s' "$input" | %[2]s
+`, identity, s.HelperCommand)
+	require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+	return script
+}
+
 func listFiles(t *testing.T, dir string) []string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)

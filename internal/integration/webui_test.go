@@ -199,16 +199,7 @@ func TestIntegrationWebUIShowsWhatEachHostIsDoing(t *testing.T) {
 	var deferred string
 	e := newUIEnv(t, envOptions{servers: 3, failing: 1, helper: func(s *devstack.Stack) string {
 		deferred = s.Fleet.Identity(2)
-		script := filepath.Join(s.Opts.Dir, "cmdb-helper.sh")
-		body := fmt.Sprintf(`#!/bin/sh
-input=$(cat)
-case "$input" in
-*'"identity":"%[1]s"'*) echo '{"defer":true,"msg":"CMDB has no record"}'; exit 0;;
-esac
-printf '%%s' "$input" | %[2]s
-`, deferred, s.HelperCommand)
-		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
-		return script
+		return cmdbDeferHelper(t, s, deferred)
 	}})
 	e.cfg.DeferDelayDuration = 10 * time.Minute // the deferred host's run stays open
 	e.provisioner("replica-a")
