@@ -26,6 +26,19 @@ func admitControlSignals(env *testsuite.TestWorkflowEnvironment, refused *[]*Ref
 		})}})
 }
 
+// stateAfterAMinute queries the control workflow's state a minute in and ends it; the returned
+// function reads that state once the run is over.
+func stateAfterAMinute(t *testing.T, env *testsuite.TestWorkflowEnvironment) func() ControlState {
+	var st ControlState
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(ControlStateQuery)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&st))
+		env.CancelWorkflow()
+	}, time.Minute)
+	return func() ControlState { return st }
+}
+
 // controlRequest is a request for action on the test environment's queue, made now.
 func controlRequest(env *testsuite.TestWorkflowEnvironment, action string) ControlRequest {
 	return ControlRequest{Action: action, TaskQueue: testQueue, By: "ops", At: env.Now()}
@@ -74,15 +87,9 @@ func TestControlSignalsRefuseWhatIsNotARequest(t *testing.T) {
 		for i, s := range forged {
 			env.RegisterDelayedCallback(func() { env.SignalWorkflow(s.name, s.arg(env)) }, time.Duration(i+1)*time.Second)
 		}
-		var st ControlState
-		env.RegisterDelayedCallback(func() {
-			v, err := env.QueryWorkflow(ControlStateQuery)
-			require.NoError(t, err)
-			require.NoError(t, v.Get(&st))
-			env.CancelWorkflow()
-		}, time.Minute)
+		st := stateAfterAMinute(t, env)
 		env.ExecuteWorkflow(ProvisionerControl, ControlState{})
-		require.False(t, st.Paused, "a refused signal changed the state")
+		require.False(t, st().Paused, "a refused signal changed the state")
 		require.Len(t, refused, len(forged))
 		for i, s := range forged {
 			require.Equal(t, s.reason, refused[i].Reason, "%d: %v", i, refused[i])
@@ -99,15 +106,9 @@ func TestControlSignalsRefuseWhatIsNotARequest(t *testing.T) {
 		env.RegisterDelayedCallback(func() { pause = controlRequest(env, PauseSignal); env.SignalWorkflow(PauseSignal, pause) }, time.Second)
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(ResumeSignal, controlRequest(env, ResumeSignal)) }, 2*time.Second)
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(PauseSignal, pause) }, 3*time.Second) // the pause sent again
-		var st ControlState
-		env.RegisterDelayedCallback(func() {
-			v, err := env.QueryWorkflow(ControlStateQuery)
-			require.NoError(t, err)
-			require.NoError(t, v.Get(&st))
-			env.CancelWorkflow()
-		}, time.Minute)
+		st := stateAfterAMinute(t, env)
 		env.ExecuteWorkflow(ProvisionerControl, ControlState{})
-		require.False(t, st.Paused, "a pause sent again after the resume paused")
+		require.False(t, st().Paused, "a pause sent again after the resume paused")
 		require.Len(t, refused, 1)
 		require.Equal(t, SignalStale, refused[0].Reason)
 	})
