@@ -122,14 +122,7 @@ func TestIntegrationForgedControlSignalsRefused(t *testing.T) {
 	require.True(t, d.State.Paused)
 	require.Equal(t, workflows.StepHelper, d.State.Step)
 	e.setFlag("helper-slow", false)
-	fresh, err := e.stack.Fleet.Start(2)
-	require.NoError(t, err)
-	time.Sleep(control.PauseCacheTTL + 2*time.Second)
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
-	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(fresh.Identity), "")
-	var notFound *serviceerror.NotFound
-	require.True(t, errors.As(err, &notFound), "a host started while paused: %v", err)
+	fresh := e.startedNotRun(ctx, svc, 2, "paused")
 	require.False(t, devstack.Provisioned(held))
 
 	// the operator's resume goes on; a forged pause afterwards holds nobody
@@ -196,14 +189,7 @@ func TestIntegrationSquattedControlWorkflowHoldsTheFleet(t *testing.T) {
 		return testutil.ToFloat64(svc.Metrics.ControlUnreadable.WithLabelValues(e.cfg.Site)) == 1 &&
 			testutil.ToFloat64(svc.Metrics.Paused.WithLabelValues(e.cfg.Site)) == 1
 	}, 30*time.Second, 200*time.Millisecond, "control_unreadable and paused")
-	fresh, err := e.stack.Fleet.Start(1)
-	require.NoError(t, err)
-	time.Sleep(control.PauseCacheTTL + 2*time.Second)
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
-	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(fresh.Identity), "")
-	var notFound *serviceerror.NotFound
-	require.True(t, errors.As(err, &notFound), "a host started while the control workflow was squatted: %v", err)
+	fresh := e.startedNotRun(ctx, svc, 1, "the control workflow was squatted")
 
 	// the operator: told, and the squatter is not signaled
 	out, code := e.cli(nil, "paused")
@@ -244,13 +230,7 @@ func TestIntegrationSquattedControlWorkflowHoldsTheFleet(t *testing.T) {
 	out, code = e.cli(nil, "paused")
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, out, "Terminated", out)
-	late, err := e.stack.Fleet.Start(2)
-	require.NoError(t, err)
-	time.Sleep(control.PauseCacheTTL + 2*time.Second)
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
-	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(late.Identity), "")
-	require.True(t, errors.As(err, &notFound), "a host started while the control workflow was ended: %v", err)
+	late := e.startedNotRun(ctx, svc, 2, "the control workflow was ended")
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
 	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond)
@@ -264,4 +244,19 @@ func mustCLI(t *testing.T, e *env, args ...string) string {
 	out, code := e.cli(nil, args...)
 	require.Equal(t, 0, code, out)
 	return out
+}
+
+// startedNotRun starts fleet server i while new hosts are held (why), sweeps once the pause
+// state's cache has expired, and checks that no run was started for it.
+func (e *env) startedNotRun(ctx context.Context, svc *service.Service, i int, why string) *devstack.FleetMember {
+	e.t.Helper()
+	m, err := e.stack.Fleet.Start(i)
+	require.NoError(e.t, err)
+	time.Sleep(control.PauseCacheTTL + 2*time.Second)
+	_, err = svc.Sweep(ctx)
+	require.NoError(e.t, err)
+	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(m.Identity), "")
+	var notFound *serviceerror.NotFound
+	require.True(e.t, errors.As(err, &notFound), "a host started while %s: %v", why, err)
+	return m
 }
