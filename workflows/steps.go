@@ -69,7 +69,9 @@ func specOf(step string) stepSpec {
 		s.effect = true
 		return s
 	case StepRestart:
-		return row(a.Restart, 3, time.Minute, "restart the server into its configuration")
+		// five, not the original's three: a broker restart (the client back after ~4 s) must not
+		// fail a configured host and have it provisioned again (TestIntegrationFaultCompound)
+		return row(a.Restart, 5, time.Minute, "restart the server into its configuration")
 	case StepUpgrade:
 		return row(a.ReleaseUpdate, 3, 2*time.Minute, "upgrade the server to the helper's version") // as the Choria Provisioner
 	case StepShutdown:
