@@ -136,6 +136,8 @@ func FailureSeal(err error) (attempt int32, reply Seal, ok bool) {
 type SignResult struct {
 	Attempted
 	JWT string `json:"jwt"`
+	// Signer is the signing key's ID (SignerKeyID): what the identity's record names
+	Signer string `json:"signer,omitempty"`
 }
 
 // identified is an activity input that names its host.

@@ -17,5 +17,5 @@ func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (*SignResu
 		a.logger(ctx, in.Identity, StepSign).Warn("server JWT expiry capped at jwt_signing_token's expiry",
 			zap.Time("asked_expiry", s.Asked.UTC()), zap.Time("expiry", s.CappedAt.UTC()))
 	}
-	return &SignResult{JWT: s.JWT}, nil
+	return &SignResult{JWT: s.JWT, Signer: s.Signer}, nil
 }

@@ -27,6 +27,8 @@ type ServerJWTSigner struct {
 // Signed is a server JWT and what signing changed of what was asked for.
 type Signed struct {
 	JWT string
+	// Signer is jwt_signing_key's ID (SignerKeyID)
+	Signer string
 	// Asked is the expiry the helper's claims or server_jwt_validity asked for; CappedAt, when
 	// set, is the earlier expiry the token got: that of jwt_signing_token, which a chained token
 	// cannot outlive (go-choria's tokens package caps it the same way for the Choria Provisioner).
@@ -62,8 +64,15 @@ func (s *ServerJWTSigner) Sign(in SignInput) (Signed, error) {
 		return Signed{}, fmt.Errorf("%w: %v", ErrSigning, err)
 	}
 	out.JWT = signed
+	if seed, err := readSeed(s.SigningKey); err == nil {
+		out.Signer = SignerKeyID(seed.Public().(ed25519.PublicKey))
+	}
 	return out, nil
 }
+
+// SignerKeyID names a signing key in an identity's record: the hex of its ed25519 public key,
+// as Choria names issuers (`choria jwt` prints it), public and the same on every replica.
+func SignerKeyID(pub ed25519.PublicKey) string { return "ed25519:" + hex.EncodeToString(pub) }
 
 // chain chains the claims to jwt_signing_token, as go-choria does: the token then ends when the
 // signer's ends, if that is earlier (out.CappedAt says so). Only an expired or unchained signer
@@ -103,22 +112,41 @@ func (s *ServerJWTSigner) chain(claims *tokens.ServerClaims, now time.Time, out 
 // it is the signer token's own (the asked expiry was later and was capped). It is a pure function
 // of the token, so workflow code may call it to show the cap in a host's timeline.
 func SignerCappedExpiry(raw string) (time.Time, bool) {
+	exp, issexp, ok := expiries(raw)
+	if !ok || issexp.IsZero() {
+		return time.Time{}, false
+	}
+	return exp, exp.Equal(issexp)
+}
+
+// JWTExpiry reads a JWT's exp without verifying it: false when it has none or is not a JWT. A
+// pure function of the token, for workflow code.
+func JWTExpiry(raw string) (time.Time, bool) {
+	exp, _, ok := expiries(raw)
+	return exp, ok
+}
+
+// expiries reads a JWT's exp and issexp (zero when absent); ok is false without exp.
+func expiries(raw string) (exp, issexp time.Time, ok bool) {
 	parts := strings.Split(raw, ".")
 	if len(parts) != 3 {
-		return time.Time{}, false
+		return exp, issexp, false
 	}
 	body, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {
-		return time.Time{}, false
+		return exp, issexp, false
 	}
 	var c struct {
 		Exp    *jwt.NumericDate `json:"exp"`
 		IssExp *jwt.NumericDate `json:"issexp"`
 	}
-	if json.Unmarshal(body, &c) != nil || c.Exp == nil || c.IssExp == nil {
-		return time.Time{}, false
+	if json.Unmarshal(body, &c) != nil || c.Exp == nil {
+		return exp, issexp, false
 	}
-	return c.Exp.Time, c.Exp.Time.Equal(c.IssExp.Time)
+	if c.IssExp != nil {
+		issexp = c.IssExp.Time
+	}
+	return c.Exp.Time, issexp, true
 }
 
 func readSeed(file string) (ed25519.PrivateKey, error) {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -98,11 +99,37 @@ var (
 	SiteKey     = temporal.NewSearchAttributeKeyKeyword("ProvisionSite")
 	StepKey     = temporal.NewSearchAttributeKeyKeyword("ProvisionStep")
 	OutcomeKey  = temporal.NewSearchAttributeKeyKeyword("ProvisionOutcome")
+	// SourceKey is how the run's sighting was made (discovery, event, operator, renewal): set at
+	// start, so that the audit and `hosts list --renewal failed` find renewal runs by a query
+	SourceKey = temporal.NewSearchAttributeKeyKeyword("ProvisionSource")
+	// The identity a provisioned run issued (IdentityRecord), set with its outcome: plain
+	// times and a key ID, never the JWT or the certificate
+	IssuedKey  = temporal.NewSearchAttributeKeyTime("IdentityIssued")
+	ExpiresKey = temporal.NewSearchAttributeKeyTime("IdentityExpires")
+	SignerKey  = temporal.NewSearchAttributeKeyKeyword("IdentitySigner")
 )
 
-// SearchAttributeNames lists the custom search attributes to register on a namespace.
+// SearchAttributes are the custom search attributes to register on a namespace, by name, with
+// their types (enumspb.IndexedValueType).
+func SearchAttributes() map[string]enumspb.IndexedValueType {
+	attrs := map[string]enumspb.IndexedValueType{}
+	for _, k := range []temporal.SearchAttributeKeyKeyword{IdentityKey, SiteKey, StepKey, OutcomeKey, SourceKey, SignerKey} {
+		attrs[k.GetName()] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	for _, k := range []temporal.SearchAttributeKeyTime{IssuedKey, ExpiresKey} {
+		attrs[k.GetName()] = enumspb.INDEXED_VALUE_TYPE_DATETIME
+	}
+	return attrs
+}
+
+// SearchAttributeNames lists the custom search attributes to register on a namespace, sorted.
 func SearchAttributeNames() []string {
-	return []string{IdentityKey.GetName(), SiteKey.GetName(), StepKey.GetName(), OutcomeKey.GetName()}
+	names := make([]string, 0, 8)
+	for n := range SearchAttributes() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Outcomes of a host, as the ProvisionOutcome search attribute and Status.Outcome.
@@ -206,6 +233,7 @@ const (
 	SourceDiscovery = "discovery"
 	SourceEvent     = "event"
 	SourceOperator  = "operator"
+	SourceRenewal   = "renewal" // the renewal workflow asked the server to re-enter provisioning mode
 )
 
 // ProvisionInput starts a host's workflow. It names the host and the sighting, and nothing
@@ -256,7 +284,7 @@ func (s Starter) Options(in ProvisionInput) client.StartWorkflowOptions {
 		TaskQueue:                s.TaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		TypedSearchAttributes:    StartSearchAttributes(in.Identity, s.Site),
+		TypedSearchAttributes:    StartSearchAttributes(in.Identity, s.Site, in.Source),
 		StaticSummary:            Summary(in.Identity, s.Site, in.Source),
 		StaticDetails:            startDetails(in),
 	}
@@ -305,8 +333,9 @@ func startDetails(in ProvisionInput) string {
 
 // StartSearchAttributes are a new run's search attributes, set by whoever starts it so that the
 // run need not upsert them itself (each upsert is a history event and a visibility write).
-func StartSearchAttributes(identity, site string) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(IdentityKey.ValueSet(identity), SiteKey.ValueSet(site), OutcomeKey.ValueSet(OutcomeRunning))
+func StartSearchAttributes(identity, site, source string) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(IdentityKey.ValueSet(identity), SiteKey.ValueSet(site), OutcomeKey.ValueSet(OutcomeRunning),
+		SourceKey.ValueSet(source))
 }
 
 // FastModeTaskTimeout is the workflow task timeout of a fast-mode run. Its first workflow task
@@ -336,22 +365,24 @@ type StepRecord struct {
 
 // Status is what the status query returns.
 type Status struct {
-	Identity       string       `json:"identity"`
-	Site           string       `json:"site"`
-	Step           string       `json:"step"`
-	Attempt        int          `json:"attempt"` // run of the current step by the workflow (the helper's are counted here)
-	Outcome        string       `json:"outcome"`
-	Paused         bool         `json:"paused,omitempty"`
-	Message        string       `json:"message,omitempty"`
-	LastError      string       `json:"last_error,omitempty"`
-	HelperDecision string       `json:"helper_decision,omitempty"`
-	HelperMessage  string       `json:"helper_message,omitempty"`
-	Defers         int          `json:"defers"`
-	Source         string       `json:"source"`           // how the run's sighting was made
-	SeenAt         time.Time    `json:"seen_at,omitzero"` // when (zero from operators)
-	ServerVersion  string       `json:"server_version,omitempty"`
-	Upgraded       string       `json:"upgraded,omitempty"` // version the server was upgraded to
-	Timeline       []StepRecord `json:"timeline"`
+	Identity       string    `json:"identity"`
+	Site           string    `json:"site"`
+	Step           string    `json:"step"`
+	Attempt        int       `json:"attempt"` // run of the current step by the workflow (the helper's are counted here)
+	Outcome        string    `json:"outcome"`
+	Paused         bool      `json:"paused,omitempty"`
+	Message        string    `json:"message,omitempty"`
+	LastError      string    `json:"last_error,omitempty"`
+	HelperDecision string    `json:"helper_decision,omitempty"`
+	HelperMessage  string    `json:"helper_message,omitempty"`
+	Defers         int       `json:"defers"`
+	Source         string    `json:"source"`           // how the run's sighting was made
+	SeenAt         time.Time `json:"seen_at,omitzero"` // when (zero from operators)
+	ServerVersion  string    `json:"server_version,omitempty"`
+	Upgraded       string    `json:"upgraded,omitempty"` // version the server was upgraded to
+	// Issued is the identity the run issued, once it configured the server with it
+	Issued   *IdentityRecord `json:"issued,omitempty"`
+	Timeline []StepRecord    `json:"timeline"`
 }
 
 // ProvisionResult is the workflow's result when it does not fail.
@@ -365,6 +396,9 @@ type ProvisionResult struct {
 	// restarted nothing.
 	RestartedAt  time.Time `json:"restarted_at,omitzero"`
 	RestartSplay int       `json:"restart_splay,omitempty"`
+	// Issued is the identity a provisioned run issued (nil: none it could read, as when the
+	// helper gave neither a server JWT nor a certificate)
+	Issued *IdentityRecord `json:"issued,omitempty"`
 }
 
 // ServerRestartDelay is what go-choria's restart action adds to a random share of the splay

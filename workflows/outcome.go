@@ -64,12 +64,21 @@ func (p *provisioner) finish(ctx workflow.Context, outcome, msg string) (*Provis
 	p.status.Outcome = outcome
 	p.status.Step = StepDone
 	p.status.Message = msg
-	if err := p.upsert(ctx, StepKey.ValueSet(StepDone), OutcomeKey.ValueSet(outcome)); err != nil {
+	updates := []temporal.SearchAttributeUpdate{StepKey.ValueSet(StepDone), OutcomeKey.ValueSet(outcome)}
+	issued := p.status.Issued
+	if outcome != OutcomeProvisioned {
+		issued = nil // configured, then shut down or failed to restart: the host does not hold it
+	}
+	if issued != nil {
+		// in the same upsert as the outcome: the record costs no event
+		updates = append(updates, IssuedKey.ValueSet(issued.Issued), ExpiresKey.ValueSet(issued.Expires), SignerKey.ValueSet(issued.Signer))
+	}
+	if err := p.upsert(ctx, updates...); err != nil {
 		return nil, err
 	}
 	p.log.Info("host finished", "outcome", outcome)
 	p.details(ctx, outcome+": "+msg)
-	res := &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg}
+	res := &ProvisionResult{Identity: p.in.Identity, Outcome: outcome, Message: msg, Issued: issued}
 	if !p.restartedAt.IsZero() {
 		res.RestartedAt, res.RestartSplay = p.restartedAt, p.policy.RestartSplay
 	}

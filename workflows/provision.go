@@ -228,6 +228,7 @@ func (p *provisioner) upgrade(ctx workflow.Context, version string, inv *activit
 // configure signs the server's JWT (ed25519) and sends the configuration.
 func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.HelperOutput) error {
 	conf := configureInput(p.in.Identity, f, d)
+	var signer string
 	if p.policy.Features.ED25519 {
 		sign := activities.SignInput{Identity: p.in.Identity, PublicKey: f.helper.Input.ED25519PubKey.PublicKey,
 			Config: d.Configuration, Claims: d.ServerClaims}
@@ -235,7 +236,7 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 		if err := p.step(ctx, StepSign, sign, &signed); err != nil {
 			return err
 		}
-		conf.ServerJWT = signed.JWT
+		conf.ServerJWT, signer = signed.JWT, signed.Signer
 		if exp, capped := activities.SignerCappedExpiry(conf.ServerJWT); capped {
 			p.status.Timeline[len(p.status.Timeline)-1].Note = fmt.Sprintf(
 				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))
@@ -245,6 +246,7 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 		return err
 	}
 	p.configured = true
+	p.status.Issued = issuedIdentity(workflow.Now(ctx), conf.ServerJWT, signer, conf.Certificate, conf.CA)
 	return nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -109,19 +108,20 @@ func (r *runner) checkSearchAttributes(ctx context.Context, cfg *config.Config, 
 	}
 	var missing, wrong []string
 	names := workflows.SearchAttributeNames()
+	want := workflows.SearchAttributes()
 	for _, n := range names {
 		t, ok := resp.GetCustomAttributes()[n]
 		switch {
 		case !ok:
 			missing = append(missing, n)
-		case t != enumspb.INDEXED_VALUE_TYPE_KEYWORD:
-			wrong = append(wrong, fmt.Sprintf("%s is %s", n, t))
+		case t != want[n]:
+			wrong = append(wrong, fmt.Sprintf("%s is %s, not %s", n, t, want[n]))
 		}
 	}
 	sort.Strings(missing)
 	switch {
 	case len(wrong) > 0:
-		r.emit(Result{Name: "search attributes", Status: Fail, Detail: strings.Join(wrong, ", ") + ", not Keyword", Fix: "these names are taken with another type on this namespace: use a namespace of the provisioner's own"})
+		r.emit(Result{Name: "search attributes", Status: Fail, Detail: strings.Join(wrong, ", "), Fix: "these names are taken with another type on this namespace: use a namespace of the provisioner's own"})
 	case len(missing) > 0:
 		r.emit(Result{Name: "search attributes", Status: Fail, Detail: "missing on " + cfg.Temporal.Namespace + ": " + strings.Join(missing, ", "),
 			Fix: fmt.Sprintf("choria-provisioner setup --config %s (once per namespace)", r.o.ConfigFile)})

@@ -24,10 +24,7 @@ import (
 // (tolerating ones that exist) and, when retention > 0, sets how long closed host workflows are
 // kept. It is idempotent.
 func Setup(ctx context.Context, c client.Client, namespace string, retention time.Duration) error {
-	attrs := map[string]enumspb.IndexedValueType{}
-	for _, n := range workflows.SearchAttributeNames() {
-		attrs[n] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
-	}
+	attrs := workflows.SearchAttributes()
 	existing, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
 	if err != nil {
 		return fmt.Errorf("listing search attributes: %w", err)
@@ -41,7 +38,7 @@ func Setup(ctx context.Context, c client.Client, namespace string, retention tim
 		if err != nil && !errors.As(err, &exists) {
 			if refusedOperation(err) {
 				return fmt.Errorf("registering search attributes: the frontend does not let this client add them (on Temporal Cloud only the Cloud control plane does): "+
-					"add them with `%s`, or in the Cloud UI (Namespace, Search Attributes, all of type Keyword), then run setup again to check: %w",
+					"add them with `%s`, or in the Cloud UI (Namespace, Search Attributes, with the types the command names), then run setup again to check: %w",
 					tcldAddCommand(namespace, attrs), err)
 			}
 			return fmt.Errorf("registering search attributes: %w", err)
@@ -80,7 +77,15 @@ func tcldAddCommand(namespace string, attrs map[string]enumspb.IndexedValueType)
 	sort.Strings(names)
 	cmd := "tcld namespace search-attributes add --namespace " + namespace
 	for _, n := range names {
-		cmd += " --search-attribute " + n + "=Keyword"
+		cmd += " --search-attribute " + n + "=" + typeName(attrs[n])
 	}
 	return cmd
+}
+
+// typeName is how tcld and the temporal CLI name a search attribute type.
+func typeName(t enumspb.IndexedValueType) string {
+	if t == enumspb.INDEXED_VALUE_TYPE_DATETIME {
+		return "Datetime"
+	}
+	return "Keyword"
 }

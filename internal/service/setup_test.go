@@ -50,7 +50,9 @@ func (systemInfoOnly) GetSystemInfo(context.Context, *workflowservice.GetSystemI
 // On a frontend that refuses AddSearchAttributes, setup says what to run instead (tcld, with the
 // missing attributes), and once they exist it only checks them.
 func TestSetupWhereSearchAttributesCannotBeAdded(t *testing.T) {
-	ops := &cloudLikeOperator{existing: map[string]enumspb.IndexedValueType{workflows.SearchAttributeNames()[0]: enumspb.INDEXED_VALUE_TYPE_KEYWORD}}
+	want := workflows.SearchAttributes()
+	first := workflows.SearchAttributeNames()[0]
+	ops := &cloudLikeOperator{existing: map[string]enumspb.IndexedValueType{first: want[first]}}
 	g := grpc.NewServer()
 	workflowservice.RegisterWorkflowServiceServer(g, systemInfoOnly{})
 	operatorservice.RegisterOperatorServiceServer(g, ops)
@@ -69,15 +71,16 @@ func TestSetupWhereSearchAttributesCannotBeAdded(t *testing.T) {
 	require.Error(t, err)
 	names := workflows.SearchAttributeNames()
 	require.Contains(t, err.Error(), "tcld namespace search-attributes add --namespace prov.a1b2c")
-	require.NotContains(t, err.Error(), "--search-attribute "+names[0]+"=Keyword", "the existing one is not added again")
+	require.NotContains(t, err.Error(), "--search-attribute "+names[0]+"=", "the existing one is not added again")
 	for _, n := range names[1:] {
-		require.Contains(t, err.Error(), "--search-attribute "+n+"=Keyword")
+		require.Contains(t, err.Error(), "--search-attribute "+n+"="+typeName(want[n]))
 	}
+	require.Contains(t, err.Error(), "--search-attribute IdentityIssued=Datetime")
 	require.Contains(t, err.Error(), "Cloud UI")
 
 	ops.mu.Lock()
 	for _, n := range names {
-		ops.existing[n] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+		ops.existing[n] = want[n]
 	}
 	ops.mu.Unlock()
 	require.NoError(t, Setup(ctx, c, "prov.a1b2c", 0))

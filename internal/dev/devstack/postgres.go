@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -565,8 +566,12 @@ func (s *SQLTemporal) setupNamespace(ctx context.Context) error {
 // answers: registered attributes take a few seconds to reach every service's cache.
 func (s *SQLTemporal) WaitSearchAttributes(ctx context.Context, c client.Client) error {
 	var conds []string
-	for _, n := range workflows.SearchAttributeNames() {
-		conds = append(conds, n+" = 'x'")
+	for n, t := range workflows.SearchAttributes() {
+		if t == enumspb.INDEXED_VALUE_TYPE_DATETIME {
+			conds = append(conds, n+" < '2000-01-01T00:00:00Z'")
+		} else {
+			conds = append(conds, n+" = 'x'")
+		}
 	}
 	for {
 		_, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
