@@ -32,6 +32,12 @@ type Run struct {
 	Site     string
 	Step     string
 	Outcome  string
+	Source   string // how the run's sighting was made (workflows.Source*)
+
+	// the identity a provisioned run issued (workflows.IdentityRecord; zero when none)
+	Issued  time.Time
+	Expires time.Time
+	Signer  string
 }
 
 // Latest is what visibility holds of one workflow ID: its newest run, of whatever type or task

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -25,6 +26,10 @@ func Decode(info *workflowpb.WorkflowExecutionInfo) Run {
 		Site:       Keyword(info, workflows.SiteKey.GetName()),
 		Step:       Keyword(info, workflows.StepKey.GetName()),
 		Outcome:    Keyword(info, workflows.OutcomeKey.GetName()),
+		Source:     Keyword(info, workflows.SourceKey.GetName()),
+		Issued:     Datetime(info, workflows.IssuedKey.GetName()),
+		Expires:    Datetime(info, workflows.ExpiresKey.GetName()),
+		Signer:     Keyword(info, workflows.SignerKey.GetName()),
 	}
 	if t := info.GetStartTime(); t != nil {
 		r.Started = t.AsTime()
@@ -44,6 +49,19 @@ func Keyword(info *workflowpb.WorkflowExecutionInfo, name string) string {
 	var v string
 	if converter.GetDefaultDataConverter().FromPayload(p, &v) != nil {
 		return ""
+	}
+	return v
+}
+
+// Datetime reads a datetime search attribute of a run (zero when unset or not a time).
+func Datetime(info *workflowpb.WorkflowExecutionInfo, name string) time.Time {
+	p, ok := info.GetSearchAttributes().GetIndexedFields()[name]
+	if !ok {
+		return time.Time{}
+	}
+	var v time.Time
+	if converter.GetDefaultDataConverter().FromPayload(p, &v) != nil {
+		return time.Time{}
 	}
 	return v
 }
