@@ -51,6 +51,13 @@ type Metrics struct {
 	RefusedSignals *prometheus.CounterVec
 	// ours: 1 while the control state cannot be read or is not ours (discovery then holds new runs)
 	ControlUnreadable *prometheus.GaugeVec
+	// ours: the identities hosts hold now (their latest provisioned runs), by how soon they
+	// expire (within="7d", "30d"; expired ones included), and the soonest expiry among them
+	IdentitiesExpiring *prometheus.GaugeVec
+	IdentityNextExpiry *prometheus.GaugeVec
+	// ours: renewal as this replica's configuration has it (1 enabled) and its renew_before
+	RenewalEnabled     *prometheus.GaugeVec
+	RenewBeforeSeconds *prometheus.GaugeVec
 }
 
 // Reasons discovery refuses a sighting, the reason label of SightingsRefused.
@@ -109,12 +116,24 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		DeferredNodes:    gauge("deferred_nodes", "Of waiting_nodes, the hosts the helper deferred: they wait by design (running host workflows whose outcome is deferred)"),
 		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
+		IdentitiesExpiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "choria_provisioner_identities_expiring",
+			Help: "Identities hosts hold now (their latest provisioned runs) that expire within the window, those expired included"}, []string{"site", "within"}),
+		IdentityNextExpiry: gauge("identity_next_expiry_timestamp_seconds", "When the soonest-expiring identity a host holds now expires, in Unix seconds (absent when none expires within 30 days or renew_before)"),
+		RenewalEnabled:     gauge("renewal_enabled", "1 when this replica's configuration enables identity renewal"),
+		RenewBeforeSeconds: gauge("renewal_renew_before_seconds", "renewal.renew_before: how long before its expiry an identity is renewed"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift,
+		m.IdentitiesExpiring, m.IdentityNextExpiry, m.RenewalEnabled, m.RenewBeforeSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
+	m.zero(site)
+	return m, nil
+}
+
+// zero exports every series without a label of its own at 0 from the start.
+func (m *Metrics) zero(site string) {
 	// Every series without a label of its own is exported at 0 from the start, as the Choria
 	// Provisioner exports discovered, provisioned, waiting_nodes, work_queue_entries and paused:
 	// a dashboard of a fresh or failing site shows 0, not "no data".
@@ -129,7 +148,6 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 	for _, r := range RefusedReasons() {
 		m.SightingsRefused.WithLabelValues(site, r).Add(0)
 	}
-	return m, nil
 }
 
 // SetSignerExpiry exports when jwt_signing_token expires. The zero time removes the series: a

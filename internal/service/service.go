@@ -3,6 +3,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,6 +124,8 @@ type Options struct {
 	WorkerOptions *worker.Options
 	// Version is announced in the provisioner's startup lifecycle event.
 	Version string
+	// IdentityRefresh is how often the identity gauges are counted (0: IdentityRefresh).
+	IdentityRefresh time.Duration
 }
 
 // Service is one provisioner process.
@@ -238,6 +241,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		}
 		defer stop()
 		go s.watchSigner(ctx, SignerRefresh)
+		go s.watchIdentities(ctx, tc, s.renewalPolicy(), cmp.Or(s.opts.IdentityRefresh, IdentityRefresh))
 	}
 	go s.probeTemporal(ctx, tc, polls)
 	errc := make(chan error, 1)
