@@ -27,7 +27,7 @@ type IdentityRecord struct {
 func issuedIdentity(at time.Time, serverJWT, signer, certPEM, caPEM string) *IdentityRecord {
 	var rec *IdentityRecord
 	if exp, ok := activities.JWTExpiry(serverJWT); ok {
-		rec = &IdentityRecord{Issued: at, Expires: exp, Signer: signer}
+		rec = &IdentityRecord{Issued: at.UTC(), Expires: exp.UTC(), Signer: signer}
 	}
 	cert := firstCertificate(certPEM)
 	if cert == nil {
@@ -36,7 +36,7 @@ func issuedIdentity(at time.Time, serverJWT, signer, certPEM, caPEM string) *Ide
 	if rec != nil && !cert.NotAfter.Before(rec.Expires) {
 		return rec // the JWT lapses first: the record is the JWT's
 	}
-	return &IdentityRecord{Issued: at, Expires: cert.NotAfter, Signer: certSigner(cert, caPEM)}
+	return &IdentityRecord{Issued: at.UTC(), Expires: cert.NotAfter.UTC(), Signer: certSigner(cert, caPEM)}
 }
 
 // certSigner names the CA that issued cert: the fingerprint of the CA certificate given with it
