@@ -107,13 +107,17 @@ var (
 	IssuedKey  = temporal.NewSearchAttributeKeyTime("IdentityIssued")
 	ExpiresKey = temporal.NewSearchAttributeKeyTime("IdentityExpires")
 	SignerKey  = temporal.NewSearchAttributeKeyKeyword("IdentitySigner")
+	// ErrorKey is the error type a failed run failed with (HelperError, NoReply, ...; see
+	// failureType), set with its outcome: what `hosts list` shows without reading each run's
+	// history. The reason itself stays in the encrypted history: a helper's stderr is in it.
+	ErrorKey = temporal.NewSearchAttributeKeyKeyword("ProvisionError")
 )
 
 // SearchAttributes are the custom search attributes to register on a namespace, by name, with
 // their types (enumspb.IndexedValueType).
 func SearchAttributes() map[string]enumspb.IndexedValueType {
 	attrs := map[string]enumspb.IndexedValueType{}
-	for _, k := range []temporal.SearchAttributeKeyKeyword{IdentityKey, SiteKey, StepKey, OutcomeKey, SourceKey, SignerKey} {
+	for _, k := range []temporal.SearchAttributeKeyKeyword{IdentityKey, SiteKey, StepKey, OutcomeKey, SourceKey, SignerKey, ErrorKey} {
 		attrs[k.GetName()] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
 	}
 	for _, k := range []temporal.SearchAttributeKeyTime{IssuedKey, ExpiresKey} {

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/internal/textsafe"
 )
 
 // ErrTypeProvisionFailed is the error type of a host's workflow that ran out of retries or met a
@@ -94,7 +95,7 @@ func (p *provisioner) fail(ctx workflow.Context, err error) error {
 	}
 	p.status.Outcome = OutcomeFailed
 	p.status.Message = reason(err)
-	updates := []temporal.SearchAttributeUpdate{OutcomeKey.ValueSet(OutcomeFailed)}
+	updates := []temporal.SearchAttributeUpdate{OutcomeKey.ValueSet(OutcomeFailed), ErrorKey.ValueSet(failureType(err))}
 	if p.status.Step != "" {
 		updates = append(updates, StepKey.ValueSet(p.status.Step)) // where it failed
 	}
@@ -134,6 +135,21 @@ func (e *stepError) Unwrap() error { return e.err }
 
 // reason digs the application error's own message out of Temporal's activity error wrapping,
 // prefixed with the step it failed in.
+// failureType names what a run failed with, from the provisioner's own vocabulary: the error type
+// of the sealed failure or of the workflow's own decision (an unsealed failure is already an
+// UntrustedFailure), "Timeout" for a timeout. Never the message: it is not for plain text.
+func failureType(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.Type() != "" {
+		return textsafe.Clean(app.Type(), 64)
+	}
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) {
+		return "Timeout"
+	}
+	return ErrTypeProvisionFailed
+}
+
 func reason(err error) string {
 	var se *stepError
 	if errors.As(err, &se) {

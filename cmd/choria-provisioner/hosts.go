@@ -67,7 +67,8 @@ func (h *hostsCommand) register(app *fisk.Application) {
 	list.Flag("text", "Only identities containing this text").StringVar(&h.filter.Text)
 	list.Flag("limit", "At most this many hosts, and the token of the next page (0: all)").IntVar(&h.page.Limit)
 	list.Flag("after", "Continue a listing from the page token an earlier one printed").StringVar(&h.page.Token)
-	list.Flag("no-reasons", "Skip the failed hosts' reasons: a history read each, most of the time of a listing of thousands").UnNegatableBoolVar(&h.page.NoReasons)
+	list.Flag("no-reasons", "Skip the failed hosts' reasons read from their histories (runs that recorded no error type, terminated runs)").UnNegatableBoolVar(&h.page.NoReasons)
+	list.Flag("full-reasons", "Read every failed host's full reason from its history (a read each), not only its error type and step").UnNegatableBoolVar(&h.page.FullReasons)
 
 	show := hosts.Command("show", "Show a host's status and step timeline")
 	show.Arg("identity", "Host identity").Required().StringsVar(&h.identities)

@@ -33,6 +33,7 @@ type Run struct {
 	Step     string
 	Outcome  string
 	Source   string // how the run's sighting was made (workflows.Source*)
+	Error    string // the error type a failed run failed with (workflows.ErrorKey)
 
 	// the identity a provisioned run issued (workflows.IdentityRecord; zero when none)
 	Issued  time.Time

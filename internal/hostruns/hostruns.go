@@ -27,6 +27,7 @@ func Decode(info *workflowpb.WorkflowExecutionInfo) Run {
 		Step:       Keyword(info, workflows.StepKey.GetName()),
 		Outcome:    Keyword(info, workflows.OutcomeKey.GetName()),
 		Source:     Keyword(info, workflows.SourceKey.GetName()),
+		Error:      Keyword(info, workflows.ErrorKey.GetName()),
 		Issued:     Datetime(info, workflows.IssuedKey.GetName()),
 		Expires:    Datetime(info, workflows.ExpiresKey.GetName()),
 		Signer:     Keyword(info, workflows.SignerKey.GetName()),

@@ -102,7 +102,13 @@ func TestIntegrationOperatorsRecoverFailedHosts(t *testing.T) {
 	require.Len(t, hosts, 4)
 	for _, h := range hosts {
 		require.Equal(t, "Failed", h.Status)
-		require.Contains(t, h.Reason, "CA is down")
+		require.Equal(t, "HelperError at helper (hosts show: why)", h.Reason, "the error type and step, from visibility")
+	}
+	full, err := op.ListPage(ctx, operator.Filter{Outcome: workflows.OutcomeFailed, Step: workflows.StepHelper, Site: "dev"}, operator.Page{FullReasons: true})
+	require.NoError(t, err)
+	require.Len(t, full.Hosts, 4)
+	for _, h := range full.Hosts {
+		require.Contains(t, h.Reason, "CA is down", "the reason, from the history")
 		require.Contains(t, h.Reason, "step helper")
 	}
 	out, code := e.cli(nil, "list", "--outcome", "failed")
@@ -375,7 +381,7 @@ func TestIntegrationRetryFailedSkipsWhatIsNotOurs(t *testing.T) {
 	for _, h := range hosts {
 		require.Contains(t, failed, h.Identity)
 		require.Equal(t, workflows.OutcomeFailed, h.Outcome)
-		require.Contains(t, h.Reason, "CA is down")
+		require.Contains(t, h.Reason, "HelperError at helper")
 	}
 
 	// two pages of one host

@@ -62,6 +62,9 @@ type Page struct {
 	// NoReasons skips reading failed hosts' reasons: a history read each (not in visibility),
 	// what a listing of thousands of failed hosts spends most of its time on
 	NoReasons bool
+	// FullReasons reads every failed host's reason from its history, also where visibility has
+	// its error type (workflows.ErrorKey), which is otherwise the reason shown
+	FullReasons bool
 }
 
 // Listing is one page of hosts and the token of the next ("" after the last).
@@ -190,7 +193,7 @@ func (o *Operator) ListPage(ctx context.Context, f Filter, p Page) (*Listing, er
 		return nil, err
 	}
 	if f.Outcome == "" && f.Step == "" && f.Site == "" && p.Limit == 0 && p.Token == "" {
-		return o.listAll(ctx, f, p.NoReasons)
+		return o.listAll(ctx, f, p)
 	}
 	l := &Listing{}
 	err = o.candidates(ctx, f, cur, func(c candidate) bool {
@@ -212,7 +215,7 @@ func (o *Operator) ListPage(ctx context.Context, f Filter, p Page) (*Listing, er
 		return nil, fmt.Errorf("listing hosts: %w", err)
 	}
 	if !p.NoReasons {
-		o.fillReasons(ctx, l.Hosts)
+		o.fillReasons(ctx, l.Hosts, p.FullReasons)
 	}
 	return l, nil
 }
@@ -220,7 +223,7 @@ func (o *Operator) ListPage(ctx context.Context, f Filter, p Page) (*Listing, er
 // listAll is the whole listing without filters: every run of ours is a candidate, so it reads
 // them all once and keeps each workflow ID's newest (by start time), instead of reading each
 // page's hosts' runs again to confirm them.
-func (o *Operator) listAll(ctx context.Context, f Filter, noReasons bool) (*Listing, error) {
+func (o *Operator) listAll(ctx context.Context, f Filter, p Page) (*Listing, error) {
 	latest := map[string]*Host{}
 	var order []string
 	err := hostruns.Each(ctx, o.C, o.Query(f), func(r hostruns.Run) bool {
@@ -246,8 +249,8 @@ func (o *Operator) listAll(ctx context.Context, f Filter, noReasons bool) (*List
 			l.Hosts = append(l.Hosts, *h)
 		}
 	}
-	if !noReasons {
-		o.fillReasons(ctx, l.Hosts)
+	if !p.NoReasons {
+		o.fillReasons(ctx, l.Hosts, p.FullReasons)
 	}
 	return l, nil
 }
@@ -263,6 +266,9 @@ func (o *Operator) hostOf(r hostruns.Run) Host {
 		if h.Outcome != workflows.OutcomeFailed {
 			h.Outcome = strings.ToLower(h.Status) // closed before it could say: canceled, terminated, timedout
 		}
+	}
+	if r.Error != "" && h.Outcome == workflows.OutcomeFailed {
+		h.Reason = fmt.Sprintf("%s at %s (hosts show: why)", r.Error, r.Step)
 	}
 	if !r.Ours(o.TaskQueue) {
 		h.Foreign = foreign(r)

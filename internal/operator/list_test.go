@@ -245,3 +245,37 @@ func TestBulkRetryTriesALateStartAgain(t *testing.T) {
 	require.Empty(t, sum.Skipped)
 	require.Equal(t, 2, l.tries[workflows.WorkflowID("a")])
 }
+
+// countingHistory counts the history reads of a listing.
+type countingHistory struct {
+	*fakeVisibility
+	reads int
+}
+
+func (c *countingHistory) GetWorkflowHistory(ctx context.Context, id, run string, long bool, f enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	c.reads++
+	return c.fakeVisibility.GetWorkflowHistory(ctx, id, run, long, f)
+}
+
+// A failed run that recorded its error type is listed with it and its step, without a history
+// read; one that did not (an older run) is read; --full-reasons reads them all.
+func TestFailedHostsReasonFromVisibility(t *testing.T) {
+	runs := fleet(t, "typed:failed", "untyped:failed")
+	for _, kv := range [][2]string{{workflows.ErrorKey.GetName(), "HelperError"}, {workflows.StepKey.GetName(), workflows.StepHelper}} {
+		p, err := converter.GetDefaultDataConverter().ToPayload(kv[1])
+		require.NoError(t, err)
+		runs[0].SearchAttributes.IndexedFields[kv[0]] = p
+	}
+	c := &countingHistory{fakeVisibility: &fakeVisibility{candidate: failedOfOurs, runs: runs}}
+	o := &Operator{C: c, TaskQueue: "tq", Starter: workflows.Starter{TaskQueue: "tq"}}
+	l, err := o.ListPage(context.Background(), Filter{Outcome: workflows.OutcomeFailed}, Page{})
+	require.NoError(t, err)
+	require.Len(t, l.Hosts, 2)
+	require.Equal(t, "HelperError at helper (hosts show: why)", l.Hosts[0].Reason)
+	require.Equal(t, 1, c.reads, "only the run without an error type is read")
+
+	c.reads = 0
+	_, err = o.ListPage(context.Background(), Filter{Outcome: workflows.OutcomeFailed}, Page{FullReasons: true})
+	require.NoError(t, err)
+	require.Equal(t, 2, c.reads)
+}

@@ -97,12 +97,13 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 // small read of one close event, and a listing of 2,000 failed hosts waits for all of them.
 const reasonReads = 32
 
-// fillReasons reads the failure message of failed runs (it is not in visibility).
-func (o *Operator) fillReasons(ctx context.Context, hosts []Host) {
+// fillReasons reads the failure message of failed runs (it is not in visibility) that have no
+// reason yet (their error type, from visibility), or of every one when full.
+func (o *Operator) fillReasons(ctx context.Context, hosts []Host, full bool) {
 	sem := make(chan struct{}, reasonReads)
 	var wg sync.WaitGroup
 	for i := range hosts {
-		if hosts[i].Status != "Failed" && hosts[i].Status != "Terminated" && hosts[i].Status != "TimedOut" {
+		if hosts[i].Status != "Failed" && hosts[i].Status != "Terminated" && hosts[i].Status != "TimedOut" || (hosts[i].Reason != "" && !full) {
 			continue
 		}
 		wg.Add(1)
