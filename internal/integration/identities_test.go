@@ -180,7 +180,7 @@ func TestIntegrationExpiringAtScale(t *testing.T) {
 
 	t0 := time.Now().Truncate(time.Minute)
 	expiry := func(i int) time.Time { // from 5 days ago to 360 days ahead, every few hours
-		return t0.Add(-5*24*time.Hour + time.Duration(i)*365*24*time.Hour/time.Duration(n) + 7*time.Minute)
+		return t0.Add(-5*24*time.Hour + time.Duration(i)*(365*24*time.Hour/time.Duration(n)) + 7*time.Minute)
 	}
 	start := time.Now()
 	e.seed(n, t0, expiry)
@@ -207,6 +207,7 @@ func TestIntegrationExpiringAtScale(t *testing.T) {
 	}, 60*time.Second, time.Second, "identities expiring within 30d")
 	t.Logf("hosts list --expiring 30d on %d identities: %d listed in %v (wall time of the command)", n, len(hosts), took.Round(time.Millisecond))
 	require.Less(t, took, 10*time.Second, "answers in seconds")
+	require.InDelta(t, float64(n)*35/365, float64(len(hosts)), 2, "35 of the 365 days: 5 expired, 30 ahead")
 	expired := 0
 	for i, h := range hosts {
 		if h.Expired {
