@@ -43,6 +43,7 @@ type hostsCommand struct {
 	reason       string
 	timeout      time.Duration
 	page         operator.Page
+	expiring     string // hosts list --expiring: a config.ParseDuration
 	dryRun       bool
 	countReqs    bool
 	requests     *requestCounter
@@ -67,6 +68,7 @@ func (h *hostsCommand) register(app *fisk.Application) {
 	list.Flag("text", "Only identities containing this text").StringVar(&h.filter.Text)
 	list.Flag("limit", "At most this many hosts, and the token of the next page (0: all)").IntVar(&h.page.Limit)
 	list.Flag("after", "Continue a listing from the page token an earlier one printed").StringVar(&h.page.Token)
+	list.Flag("expiring", "Only hosts whose current identity expires within this duration (30d, 12h, 3m), the expired ones included; soonest first").PlaceHolder("DURATION").StringVar(&h.expiring)
 	list.Flag("no-reasons", "Skip the failed hosts' reasons read from their histories (runs that recorded no error type, terminated runs)").UnNegatableBoolVar(&h.page.NoReasons)
 	list.Flag("full-reasons", "Read every failed host's full reason from its history (a read each), not only its error type and step").UnNegatableBoolVar(&h.page.FullReasons)
 
@@ -156,6 +158,9 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 	defer closer()
 	switch cmd {
 	case "list":
+		if h.expiring != "" {
+			return h.listExpiring(ctx, op)
+		}
 		l, err := op.ListPage(ctx, h.filter, h.page)
 		if err != nil {
 			return err
@@ -275,6 +280,7 @@ func (h *hostsCommand) printDetail(d *operator.Detail) error {
 	if d.Reason != "" {
 		fmt.Fprintf(w, "Reason:\t%s\n", safe(d.Reason))
 	}
+	identityLines(w, d, time.Now())
 	if st := d.State; st != nil {
 		if st.HelperDecision != "" {
 			fmt.Fprintf(w, "Helper:\t%s: %s\n", st.HelperDecision, safe(st.HelperMessage))

@@ -71,9 +71,10 @@ func main() {
 		"setup":        &setupCommand{},
 		"codec-server": &codecServerCommand{},
 		"check":        &checkCommand{},
+		"audit":        &auditCommand{},
 	}
 	// registration order is the help's order
-	for _, name := range []string{"run", "setup", "check", "codec-server"} {
+	for _, name := range []string{"run", "setup", "check", "audit", "codec-server"} {
 		commands[name].register(app)
 	}
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
+	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // historyDump is every history of the test's task queue as Temporal stores it: the events as
@@ -55,6 +56,41 @@ func (e *env) historyDump() (events []byte, payloads [][]byte, whole []*commonpb
 		}))
 	}
 	return buf.Bytes(), payloads, whole
+}
+
+// identityOutputs is what the identity record shows: every run's search attributes as
+// visibility holds them, `hosts list --expiring` and the audit as a table and as JSON lines, each
+// checked to hold what it should (the hosts' identities, issued in the last hour).
+func (e *env) identityOutputs() map[string][]byte {
+	e.t.Helper()
+	resp, err := e.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("TaskQueue = '%s'", e.cfg.Temporal.TaskQueue)})
+	require.NoError(e.t, err)
+	var attrs bytes.Buffer
+	for _, ex := range resp.Executions {
+		b, err := protojson.Marshal(ex.GetSearchAttributes())
+		require.NoError(e.t, err)
+		attrs.Write(b)
+		for _, p := range ex.GetSearchAttributes().GetIndexedFields() {
+			attrs.Write(p.GetData()) // as bytes too: protojson shows them base64-encoded
+		}
+	}
+	require.Contains(e.t, attrs.String(), workflows.ExpiresKey.GetName())
+	out := map[string][]byte{"the search attributes": attrs.Bytes()}
+	for what, args := range map[string][]string{
+		"hosts list --expiring":      {"hosts", "--config", e.stack.ConfigFile, "list", "--expiring", "100y"},
+		"hosts list --expiring JSON": {"hosts", "--config", e.stack.ConfigFile, "--json", "list", "--expiring", "100y"},
+		"the audit":                  {"audit", "--config", e.stack.ConfigFile, "--since", "1h"},
+		"the audit's JSON lines":     {"audit", "--config", e.stack.ConfigFile, "--since", "1h", "--json"},
+	} {
+		text, code := e.cliCmd(args...)
+		require.Equal(e.t, 0, code, text)
+		for _, m := range e.stack.Fleet.Members {
+			require.Contains(e.t, text, m.Identity, what)
+		}
+		out[what] = []byte(text)
+	}
+	require.Contains(e.t, string(out["the audit's JSON lines"]), `"decision":"configure"`)
+	return out
 }
 
 func (e *env) secrets(m []*devstack.FleetMember) map[string]string {
@@ -108,6 +144,7 @@ func TestIntegrationNoSecretsInHistoryOrLogs(t *testing.T) {
 			log, err := os.ReadFile(filepath.Join(e.stack.Opts.Dir, "replica-a.log"))
 			require.NoError(t, err)
 			require.NotEmpty(t, log)
+			identity := e.identityOutputs()
 			for name, secret := range e.secrets(e.stack.Fleet.Members) {
 				require.NotEmpty(t, secret, name)
 				require.False(t, bytes.Contains(events, []byte(secret)), "%s is in plain text in history", name)
@@ -115,6 +152,9 @@ func TestIntegrationNoSecretsInHistoryOrLogs(t *testing.T) {
 					require.False(t, bytes.Contains(p, []byte(secret)), "%s is in plain text in a history payload", name)
 				}
 				require.False(t, bytes.Contains(log, []byte(secret)), "%s is in the provisioner's log", name)
+				for what, out := range identity {
+					require.False(t, bytes.Contains(out, []byte(secret)), "%s is in %s", name, what)
+				}
 			}
 
 			// an authorised codec-server caller does see what history holds, e.g. the helper's configuration

@@ -273,6 +273,9 @@ func (o *Operator) hostOf(r hostruns.Run) Host {
 	if !r.Ours(o.TaskQueue) {
 		h.Foreign = foreign(r)
 	}
+	if !r.Expires.IsZero() {
+		h.setIdentity(r.Issued, r.Expires, r.Signer, o.now())
+	}
 	return h
 }
 

@@ -67,10 +67,17 @@ type Host struct {
 	Started    time.Time `json:"started"`
 	Closed     time.Time `json:"closed,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
-	Runs       int       `json:"runs"`
+	Runs       int       `json:"runs,omitempty"` // 0: not counted (an --expiring listing)
 	// Foreign says who started the run when a provisioner did not (any namespace client may
 	// start a workflow under a host's ID): such a run is never retried
 	Foreign string `json:"foreign,omitempty"`
+	// the identity the run issued (its search attributes, else its status): absent for a run
+	// that issued none
+	IdentityIssued  time.Time `json:"identity_issued,omitzero"`
+	IdentityExpires time.Time `json:"identity_expires,omitzero"`
+	IdentitySigner  string    `json:"identity_signer,omitempty"`
+	// Expired: the identity's expiry has passed (when the listing was made)
+	Expired bool `json:"identity_expired,omitempty"`
 }
 
 func (o *Operator) now() time.Time {
@@ -201,6 +208,9 @@ func (o *Operator) Show(ctx context.Context, identity string) (*Detail, error) {
 		if v.Get(&st) == nil {
 			d.State = &st
 		}
+	}
+	if d.IdentityExpires.IsZero() && d.State != nil && d.State.Issued != nil && d.Outcome == workflows.OutcomeProvisioned {
+		d.setIdentity(d.State.Issued.Issued, d.State.Issued.Expires, d.State.Issued.Signer, o.now())
 	}
 	return d, nil
 }
