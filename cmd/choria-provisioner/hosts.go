@@ -40,6 +40,7 @@ type hostsCommand struct {
 	filter       operator.Filter
 	identities   []string
 	failed       bool
+	renewal      string // list --renewal: "failed"
 	reason       string
 	timeout      time.Duration
 	page         operator.Page
@@ -91,6 +92,7 @@ func (h *hostsCommand) register(app *fisk.Application) {
 	pause.Flag("reason", "Why, recorded in the control workflow").StringVar(&h.reason)
 	hosts.Command("resume", "Resume provisioning fleet-wide")
 	hosts.Command("paused", "Say whether provisioning is paused")
+	h.registerRenewal(hosts, list)
 }
 
 func (h *hostsCommand) filterFlags(cmd *fisk.CmdClause) {
@@ -153,8 +155,14 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 		return err
 	}
 	defer closer()
+	if sub, ok := strings.CutPrefix(cmd, "renewal "); ok {
+		return h.renewalCommand(ctx, op, sub)
+	}
 	switch cmd {
 	case "list":
+		if h.renewal != "" {
+			return h.listRenewalFailed(ctx, op)
+		}
 		l, err := op.ListPage(ctx, h.filter, h.page)
 		if err != nil {
 			return err

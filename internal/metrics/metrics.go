@@ -51,6 +51,9 @@ type Metrics struct {
 	RefusedSignals *prometheus.CounterVec
 	// ours: 1 while the control state cannot be read or is not ours (discovery then holds new runs)
 	ControlUnreadable *prometheus.GaugeVec
+	// ours: hosts the renewal runs asked to re-enter provisioning mode, by outcome (renewed,
+	// unreachable, refused; renewal/api.go), once per host and run
+	Renewals *prometheus.CounterVec
 }
 
 // Reasons discovery refuses a sighting, the reason label of SightingsRefused.
@@ -108,9 +111,11 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		DeferredNodes:    gauge("deferred_nodes", "Of waiting_nodes, the hosts the helper deferred: they wait by design (running host workflows whose outcome is deferred)"),
-		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
+		Renewals: counter("renewals_total", "Hosts the renewal runs asked to re-enter provisioning mode before their identity lapses, "+
+			"by outcome: renewed (a run was started for it), unreachable (no reply, after retries), refused (an error reply)", "outcome"),
+		SignerExpiry: gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift} {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift, m.Renewals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}

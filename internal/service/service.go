@@ -381,6 +381,9 @@ func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activi
 	w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 	workflows.HostWorkflow{Policy: Policy(s.cfg), Hooks: s.workflowHooks(), Signer: acts.LocalSigner()}.Register(w)
 	acts.Register(w)
+	if err := s.registerRenewal(w, tc); err != nil {
+		return nil, err
+	}
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("starting Temporal worker: %w", err)
 	}
