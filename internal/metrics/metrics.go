@@ -115,10 +115,8 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 			"by outcome: renewed (a run was started for it), unreachable (no reply, after retries), refused (an error reply)", "outcome"),
 		SignerExpiry: gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift, m.Renewals} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
+	if err := m.register(reg); err != nil {
+		return nil, err
 	}
 	// Every series without a label of its own is exported at 0 from the start, as the Choria
 	// Provisioner exports discovered, provisioned, waiting_nodes, work_queue_entries and paused:
@@ -135,6 +133,16 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		m.SightingsRefused.WithLabelValues(site, r).Add(0)
 	}
 	return m, nil
+}
+
+// register puts every series of m on reg.
+func (m *Metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift, m.Renewals} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // SetSignerExpiry exports when jwt_signing_token expires. The zero time removes the series: a
