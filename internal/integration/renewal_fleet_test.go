@@ -65,6 +65,18 @@ func TestIntegrationRenewalUnreachableServer(t *testing.T) {
 	require.Contains(t, out, "renewed 0, failed 1")
 	t.Logf("hosts renewal status:\n%s", out)
 
+	// setup again updates the one Schedule; pause and resume reach it
+	out, code = e.cliCmd("setup", "--config", e.stack.ConfigFile)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "updated the renewal Schedule")
+	for _, step := range []struct{ cmd, state string }{{"pause", "paused"}, {"resume", "active"}} {
+		out, code = e.cli(nil, "renewal", step.cmd)
+		require.Equal(t, 0, code, out)
+		out, code = e.cli(nil, "renewal", "status")
+		require.Equal(t, 0, code, out)
+		require.Contains(t, out, ": "+step.state, out)
+	}
+
 	require.Zero(t, testutil.ToFloat64(svc.Metrics.Renewals.WithLabelValues("dev", renewal.OutcomeRenewed)))
 	runs := e.hostRuns(id)
 	require.Len(t, runs, 1, "no run was started for an unreachable host")
@@ -223,8 +235,11 @@ func (e *env) reportRenewalRun(l *renewal.LatestRun, k int, rate float64, took t
 	events := e.runHistory(l.WorkflowID, l.RunID)
 	var renews []time.Time
 	timers, tasks := 0, 0
+	var found time.Duration // from the run's start to its listing's result: the visibility query
 	for _, ev := range events {
 		switch {
+		case ev.GetActivityTaskCompletedEventAttributes() != nil && found == 0:
+			found = ev.GetEventTime().AsTime().Sub(events[0].GetEventTime().AsTime())
 		case ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == renewal.RenewName:
 			renews = append(renews, ev.GetEventTime().AsTime())
 		case ev.GetTimerStartedEventAttributes() != nil:
@@ -238,6 +253,7 @@ func (e *env) reportRenewalRun(l *renewal.LatestRun, k int, rate float64, took t
 	batch, tick := renewal.Policy{Rate: rate}.Pace()
 	want := time.Duration((k+batch-1)/batch-1) * tick
 	e.t.Logf("renewal run %s: %d history events, %d workflow tasks, %d timers, %d Renew activities over %v (the rate allows no less than %v); "+
-		"started to result in %v", l.WorkflowID, len(events), tasks, timers, len(renews), span.Round(time.Millisecond), want, took.Round(time.Millisecond))
+		"the listing took %v of the run's start; trigger to result in %v", l.WorkflowID, len(events), tasks, timers, len(renews), span.Round(time.Millisecond), want,
+		found.Round(time.Millisecond), took.Round(time.Millisecond))
 	require.GreaterOrEqual(e.t, span, want-100*time.Millisecond, "the Renew activities kept to the rate")
 }
