@@ -54,6 +54,7 @@ func TestIntegrationRenewalUnreachableServer(t *testing.T) {
 	require.Equal(t, id, latest.Result.Failed[0].Identity)
 	require.Equal(t, renewal.OutcomeUnreachable, latest.Result.Failed[0].Outcome)
 	require.Contains(t, latest.Result.Failed[0].Reason, "did not answer")
+	e.writeReplayHistoryOf("renewal-unreachable", latest.WorkflowID)
 
 	out, code := e.cli(nil, "list", "--renewal", "failed")
 	require.Equal(t, 1, code, "a listed failure exits 1: %s", out)
@@ -185,6 +186,9 @@ func TestIntegrationRenewalScale(t *testing.T) {
 	require.Empty(t, latest.Result.Failed)
 	require.Equal(t, float64(k), testutil.ToFloat64(svc.Metrics.Renewals.WithLabelValues("dev", renewal.OutcomeRenewed)))
 	e.reportRenewalRun(latest, k, rate, time.Since(runStart))
+	if n == 2000 {
+		e.writeReplayHistoryOf("renewal-scale", latest.WorkflowID)
+	}
 
 	require.Eventually(t, func() bool {
 		return simCount(status(), func(h fleetsim.HostState) bool { return h.Reprovisions == 1 && h.Restarted }) == k
