@@ -128,6 +128,7 @@ type Config struct {
 	Features                   Features       `koanf:"features"`
 	Temporal                   Temporal       `koanf:"temporal"`
 	ChoriaConfig               string         `koanf:"choria_config"` // Choria client config file
+	Renewal                    Renewal        `koanf:"renewal"`       // ours: renewing identities before they lapse (config/renewal.go)
 
 	// Parsed forms, filled by Load.
 	IntervalDuration          time.Duration `koanf:"-"`
@@ -146,7 +147,7 @@ type Config struct {
 var DefaultCertDenyList = []string{`\.privileged.mcollective$`, `\.privileged.choria$`, `\.mcollective$`, `\.choria$`}
 
 func defaults() map[string]any {
-	return map[string]any{
+	d := map[string]any{
 		"interval":            "1m",
 		"loglevel":            "info",
 		"health_port":         9465,
@@ -179,6 +180,10 @@ func defaults() map[string]any {
 		// and an older one none (docs/architecture.md, "Upgrading the workflow")
 		"temporal.worker_versioning": true,
 	}
+	for k, v := range renewalDefaults() {
+		d[k] = v
+	}
+	return d
 }
 
 // Load reads file (may be empty for defaults and environment only) and validates the result.
@@ -269,7 +274,7 @@ func (c *Config) validateRates() error {
 }
 
 func (c *Config) validate() error {
-	for _, check := range []func() error{c.validateDurations, c.validateNames, c.validateLimits, c.validateFeatures, c.validateHelper} {
+	for _, check := range []func() error{c.validateDurations, c.validateNames, c.validateLimits, c.validateFeatures, c.validateHelper, c.validateRenewal} {
 		if err := check(); err != nil {
 			return err
 		}

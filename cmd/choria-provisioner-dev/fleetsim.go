@@ -39,6 +39,7 @@ func (f *fleetSimCommand) register(app *fisk.Application) {
 	cmd.Flag("scratch-dir", "Where release_update downloads releases (removed after each)").StringVar(&f.opts.ScratchDir)
 	cmd.Flag("no-restart-splay", "Restart at once instead of after go-choria's 2-11 s splay").UnNegatableBoolVar(&f.opts.NoRestartSplay)
 	cmd.Flag("go-choria-wire", "Read and write protocol v2 messages with go-choria's constructors, compiling its JSON schemas for every message as a server does (~5x the CPU)").UnNegatableBoolVar(&f.opts.GoChoriaWire)
+	cmd.Flag("renewable", "Provisioned servers answer choria_provision#reprovision (as reached on their fleet collective) and go back into provisioning mode").UnNegatableBoolVar(&f.opts.Renewable)
 	cmd.Flag("status", "Write the fleet's state to this file every 500 ms").StringVar(&f.status)
 	f.replyDelay = map[string]string{} // fisk adds to the map it is given
 	cmd.Flag("reply-delay", "ACTION=DURATION: hold the reply of that choria_provision action this long after it took effect (repeatable; fault tests)").StringMapVar(&f.replyDelay)

@@ -40,6 +40,7 @@ type hostsCommand struct {
 	filter       operator.Filter
 	identities   []string
 	failed       bool
+	renewal      string // list --renewal: "failed"
 	reason       string
 	timeout      time.Duration
 	page         operator.Page
@@ -94,6 +95,7 @@ func (h *hostsCommand) register(app *fisk.Application) {
 	pause.Flag("reason", "Why, recorded in the control workflow").StringVar(&h.reason)
 	hosts.Command("resume", "Resume provisioning fleet-wide")
 	hosts.Command("paused", "Say whether provisioning is paused")
+	h.registerRenewal(hosts, list)
 }
 
 func (h *hostsCommand) filterFlags(cmd *fisk.CmdClause) {
@@ -156,16 +158,12 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 		return err
 	}
 	defer closer()
+	if sub, ok := strings.CutPrefix(cmd, "renewal "); ok {
+		return h.renewalCommand(ctx, op, sub)
+	}
 	switch cmd {
 	case "list":
-		if h.expiring != "" {
-			return h.listExpiring(ctx, op)
-		}
-		l, err := op.ListPage(ctx, h.filter, h.page)
-		if err != nil {
-			return err
-		}
-		return h.printListing(l)
+		return h.list(ctx, op)
 	case "show":
 		return h.show(ctx, op)
 	case "retry":
@@ -201,6 +199,22 @@ func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// list is `hosts list`: the hosts, or with --expiring their identities, or with --renewal the
+// failed renewals.
+func (h *hostsCommand) list(ctx context.Context, op *operator.Operator) error {
+	switch {
+	case h.expiring != "":
+		return h.listExpiring(ctx, op)
+	case h.renewal != "":
+		return h.listRenewalFailed(ctx, op)
+	}
+	l, err := op.ListPage(ctx, h.filter, h.page)
+	if err != nil {
+		return err
+	}
+	return h.printListing(l)
 }
 
 func whoami() string {

@@ -18,7 +18,7 @@ type setupCommand struct {
 }
 
 func (s *setupCommand) register(app *fisk.Application) {
-	cmd := app.Command("setup", "Registers the provisioner's search attributes (and retention) on the Temporal namespace")
+	cmd := app.Command("setup", "Registers the provisioner's search attributes (and retention) on the Temporal namespace, and the renewal Schedule")
 	cmd.Flag("config", "Provisioner configuration file").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&s.config)
 	cmd.Flag("retention", "Retention of closed host workflows (0 leaves it unchanged)").Default("0s").DurationVar(&s.retention)
 }
@@ -36,6 +36,11 @@ func (s *setupCommand) run(ctx context.Context) error {
 	if err := service.Setup(ctx, tc, cfg.Temporal.Namespace, s.retention); err != nil {
 		return err
 	}
+	did, err := service.SetupRenewal(ctx, tc, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println(did)
 	fmt.Printf("namespace %s is ready for the provisioner\n", cfg.Temporal.Namespace)
 	return nil
 }

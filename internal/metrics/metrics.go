@@ -58,6 +58,9 @@ type Metrics struct {
 	// ours: renewal as this replica's configuration has it (1 enabled) and its renew_before
 	RenewalEnabled     *prometheus.GaugeVec
 	RenewBeforeSeconds *prometheus.GaugeVec
+	// ours: hosts the renewal runs asked to re-enter provisioning mode, by outcome (renewed,
+	// unreachable, refused; renewal/api.go), once per host and run
+	Renewals *prometheus.CounterVec
 }
 
 // Reasons discovery refuses a sighting, the reason label of SightingsRefused.
@@ -115,18 +118,17 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		WorkQueueEntries: gauge("work_queue_entries", "Hosts waiting for a worker (tasks in the site's task queues)"),
 		WaitingNodes:     gauge("waiting_nodes", "Hosts found and not yet done (running host workflows)"),
 		DeferredNodes:    gauge("deferred_nodes", "Of waiting_nodes, the hosts the helper deferred: they wait by design (running host workflows whose outcome is deferred)"),
-		SignerExpiry:     gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
+		Renewals: counter("renewals_total", "Hosts the renewal runs asked to re-enter provisioning mode before their identity lapses, "+
+			"by outcome: renewed (a run was started for it), unreachable (no reply, after retries), refused (an error reply)", "outcome"),
+		SignerExpiry: gauge("signer_expiry_timestamp_seconds", "When jwt_signing_token expires, in Unix seconds: no server can be provisioned after it"),
 		IdentitiesExpiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "choria_provisioner_identities_expiring",
 			Help: "Identities hosts hold now (their latest provisioned runs) that expire within the window, those expired included"}, []string{"site", "within"}),
 		IdentityNextExpiry: gauge("identity_next_expiry_timestamp_seconds", "When the soonest-expiring identity a host holds now expires, in Unix seconds (absent when none expires within 30 days or renew_before)"),
 		RenewalEnabled:     gauge("renewal_enabled", "1 when this replica's configuration enables identity renewal"),
 		RenewBeforeSeconds: gauge("renewal_renew_before_seconds", "renewal.renew_before: how long before its expiry an identity is renewed"),
 	}
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift,
-		m.IdentitiesExpiring, m.IdentityNextExpiry, m.RenewalEnabled, m.RenewBeforeSeconds} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
+	if err := m.register(reg); err != nil {
+		return nil, err
 	}
 	m.zero(site)
 	return m, nil
@@ -148,6 +150,17 @@ func (m *Metrics) zero(site string) {
 	for _, r := range RefusedReasons() {
 		m.SightingsRefused.WithLabelValues(site, r).Add(0)
 	}
+}
+
+// register puts every series of m on reg.
+func (m *Metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift, m.Renewals,
+		m.IdentitiesExpiring, m.IdentityNextExpiry, m.RenewalEnabled, m.RenewBeforeSeconds} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // SetSignerExpiry exports when jwt_signing_token expires. The zero time removes the series: a

@@ -30,6 +30,9 @@ var (
 	ErrUnreachable    = errors.New("temporal is unreachable")
 	ErrAlreadyRunning = errors.New("host is being provisioned already")
 	ErrNotFailed      = errors.New("host's latest run did not fail")
+	// a server's answer to reprovision: none in time, or an error reply
+	ErrNoReply    = errors.New("no reply")
+	ErrErrorReply = errors.New("error reply")
 )
 
 // Operator acts on the host workflows of one namespace and task queue.
@@ -254,7 +257,7 @@ func Reprovision(ctx context.Context, fw inter.Framework, token string, identiti
 	}
 	out := map[string]error{}
 	for _, id := range identities {
-		out[id] = fmt.Errorf("no reply within %v", timeout)
+		out[id] = fmt.Errorf("%w within %v", ErrNoReply, timeout)
 	}
 	for _, r := range res.AllOutputs() {
 		d := r.ResultDetails()
@@ -264,7 +267,7 @@ func Reprovision(ctx context.Context, fw inter.Framework, token string, identiti
 		if d.OK() {
 			out[d.Sender()] = nil
 		} else {
-			out[d.Sender()] = errors.New(d.StatusMessage())
+			out[d.Sender()] = fmt.Errorf("%w: %s", ErrErrorReply, d.StatusMessage())
 		}
 	}
 	return out, nil

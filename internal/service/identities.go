@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/hostruns"
+	"github.com/choria-temporal/provisioner/renewal"
 )
 
 // IdentityRefresh is how often a worker replica counts the identities about to expire: a
@@ -26,16 +27,9 @@ func identityWindows() []identityWindow {
 	return []identityWindow{{"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
 }
 
-// RenewalPolicy is what the identity gauges say of renewal (the renewal section of the
-// configuration).
-type RenewalPolicy struct {
-	Enabled     bool
-	RenewBefore time.Duration
-}
-
 // watchIdentities keeps the identity gauges until ctx ends: the expiry alerts compare them with
 // renew_before (monitoring/prometheus/alerts.yaml).
-func (s *Service) watchIdentities(ctx context.Context, tc client.Client, policy RenewalPolicy, every time.Duration) {
+func (s *Service) watchIdentities(ctx context.Context, tc client.Client, policy renewal.Policy, every time.Duration) {
 	enabled := 0.0
 	if policy.Enabled {
 		enabled = 1
@@ -87,9 +81,4 @@ func (s *Service) refreshIdentities(ctx context.Context, tc client.Client, renew
 	}
 	s.Metrics.IdentityNextExpiry.WithLabelValues(s.cfg.Site).Set(float64(current[0].Expires.Unix()))
 	return nil
-}
-
-// renewalPolicy is the renewal section of the configuration, as the gauges export it.
-func (s *Service) renewalPolicy() RenewalPolicy {
-	return RenewalPolicy{RenewBefore: 30 * 24 * time.Hour} // TODO(merge): s.cfg.Renewal
 }

@@ -241,7 +241,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		}
 		defer stop()
 		go s.watchSigner(ctx, SignerRefresh)
-		go s.watchIdentities(ctx, tc, s.renewalPolicy(), cmp.Or(s.opts.IdentityRefresh, IdentityRefresh))
+		go s.watchIdentities(ctx, tc, RenewalPolicy(s.cfg), cmp.Or(s.opts.IdentityRefresh, IdentityRefresh))
 	}
 	go s.probeTemporal(ctx, tc, polls)
 	errc := make(chan error, 1)
@@ -385,6 +385,9 @@ func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activi
 	w := worker.New(tc, s.cfg.Temporal.TaskQueue, wo)
 	workflows.HostWorkflow{Policy: Policy(s.cfg), Hooks: s.workflowHooks(), Signer: acts.LocalSigner()}.Register(w)
 	acts.Register(w)
+	if err := s.registerRenewal(w, tc); err != nil {
+		return nil, err
+	}
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("starting Temporal worker: %w", err)
 	}

@@ -68,6 +68,9 @@ func (h *Host) versionLocked(f *Fleet) string {
 
 // answer returns the reply body a go-choria server would send; ok false for no reply.
 func (h *Host) answer(f *Fleet, req protocol.Request) ([]byte, bool) {
+	if h.Restarted.Load() && req.Agent() != "choria_provision" {
+		return nil, false // a renewable host out of provisioning mode: reprovision only
+	}
 	if req.Agent() == "discovery" {
 		// a discovery ping answers with "pong" when the filter's agents are ones we serve
 		if filter, ok := req.Filter(); ok && filter != nil {
@@ -90,6 +93,9 @@ func (h *Host) answer(f *Fleet, req protocol.Request) ([]byte, bool) {
 	rpc.Agent, rpc.RequestID, rpc.CallerID, rpc.SenderID = req.Agent(), req.RequestID(), req.CallerID(), req.SenderID()
 	// as mcorpc.Agent: the reply starts OK with empty data, actions fill it or abort
 	reply := &mcorpc.Reply{Action: rpc.Action, Statuscode: mcorpc.OK, Statusmsg: "OK", Data: json.RawMessage(`{}`)}
+	if h.Restarted.Load() {
+		return h.answerProvisioned(f, req, rpc, reply)
+	}
 
 	h.mu.Lock()
 	if h.transientFailureLocked(f) {

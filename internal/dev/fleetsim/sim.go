@@ -82,6 +82,10 @@ type Options struct {
 	// action took effect (a configure written, a restart scheduled): the window in which a
 	// provisioner that dies has made the change without learning it (fault tests).
 	ReplyDelay map[string]time.Duration
+	// Renewable hosts answer choria_provision#reprovision once provisioned, as a provisioned
+	// server reached on its fleet collective does (renew.go); otherwise a provisioned host
+	// answers nothing, as one renewal cannot reach.
+	Renewable bool
 }
 
 // Host is one simulated server.
@@ -110,7 +114,10 @@ type Host struct {
 	Credentials atomic.Int32 // configure calls that wrote credentials other than the last ones
 	lastCreds   string       // the server JWT and certificate configure last wrote
 	Updates     atomic.Int32 // release_update calls that replaced the (scratch) binary
-	arrived     atomic.Bool  // announced itself: before that it is not on the network
+	// Reprovisions counts the times a renewable host went back into provisioning mode
+	Reprovisions   atomic.Int32
+	reprovisioning bool        // a reprovision restart is scheduled
+	arrived        atomic.Bool // announced itself: before that it is not on the network
 	// when the host announced itself, was first configured and restarted (benchmark latencies)
 	announcedAt, configuredAt, restartedAt time.Time
 }
@@ -312,7 +319,7 @@ func (f *Fleet) handle(m *nats.Msg) {
 	}
 	for _, h := range targets {
 		// a host that has not arrived yet (--rate) is not connected: it answers nothing
-		if h.silent || h.Restarted.Load() || !h.arrived.Load() {
+		if h.silent || (h.Restarted.Load() && !f.opts.Renewable) || !h.arrived.Load() {
 			continue
 		}
 		go f.reply(h, req, replyTo, w)
@@ -400,6 +407,8 @@ type HostState struct {
 	KeyReceived bool   `json:"key_received,omitempty"`
 	Version     string `json:"version,omitempty"` // after a release_update
 	Updates     int32  `json:"updates,omitempty"`
+	// Reprovisions: times a renewable host went back into provisioning mode
+	Reprovisions int32 `json:"reprovisions,omitempty"`
 	// AnnouncedAt is when the host published its first startup event (its sighting); ConfiguredAt
 	// and RestartedAt when it was first configured and restarted out of provisioning mode.
 	AnnouncedAt  time.Time `json:"announced_at,omitzero"`
@@ -425,7 +434,7 @@ func (f *Fleet) WriteStatus(file string) error {
 		h.mu.Lock()
 		st.Hosts[h.Identity] = HostState{Configured: h.Configured.Load(), Configures: h.Configures.Load(), Credentials: h.Credentials.Load(), Restarted: h.Restarted.Load(), Restarting: h.restarting && !h.Restarted.Load(),
 			ServerJWT: h.ServerJWT != "", Provision: h.Config["plugin.choria.server.provision"], CertCN: h.CertCN, KeyReceived: h.KeyReceived,
-			Version: h.version, Updates: h.Updates.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt,
+			Version: h.version, Updates: h.Updates.Load(), Reprovisions: h.Reprovisions.Load(), AnnouncedAt: h.announcedAt, ConfiguredAt: h.configuredAt, RestartedAt: h.restartedAt,
 			Flaky: h.flaky, HealthyAt: h.flakyUntil}
 		h.mu.Unlock()
 	}

@@ -1,0 +1,50 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/renewal"
+)
+
+// RenewalPolicy is what this process's configuration decides about the renewal runs its worker
+// begins (renewal.Policy).
+func RenewalPolicy(cfg *config.Config) renewal.Policy {
+	r := cfg.Renewal
+	return renewal.Policy{Enabled: r.Enabled, RenewBefore: r.RenewBeforeDuration, Rate: r.Rate, WindowStart: r.WindowStart,
+		WindowEnd: r.WindowEnd, Limit: renewal.MaxHostsPerRun}
+}
+
+// SetupRenewal makes the task queue's renewal Schedule what the configuration says (created or
+// updated when renewal is enabled, deleted when not); it returns what it did.
+func SetupRenewal(ctx context.Context, c client.Client, cfg *config.Config) (string, error) {
+	return renewal.EnsureSchedule(ctx, c, cfg.Temporal.TaskQueue, cfg.Renewal.IntervalDuration, cfg.Renewal.Enabled)
+}
+
+// registerRenewal registers RenewIdentities on the worker, always: a Schedule run that reaches a
+// replica whose configuration has renewal off completes at once, renewing nothing, rather than
+// waiting for a worker that knows its type. The steps are registered only with renewal on, with
+// a Choria client from renewal.choria_config (the fleet's collective and account).
+func (s *Service) registerRenewal(w worker.Worker, tc client.Client) error {
+	renewal.Workflow{Policy: RenewalPolicy(s.cfg)}.Register(w)
+	if !s.cfg.Renewal.Enabled {
+		return nil
+	}
+	fleetCfg := *s.cfg
+	fleetCfg.ChoriaConfig = s.cfg.Renewal.ChoriaConfig
+	fleetCfg.BrokerProvisioningPassword = "" // a fleet client, not the provisioning account's
+	fw, err := NewChoriaClientFramework(&fleetCfg, "")
+	if err != nil {
+		return fmt.Errorf("renewal.choria_config: %w", err)
+	}
+	renewal.NewActivities(renewal.Deps{Temporal: tc, Starter: Starter(s.cfg), Fleet: fw, Token: s.cfg.Token,
+		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal")}).Register(w)
+	s.log.Info("renewal on", zap.String("schedule_id", renewal.ScheduleID(s.cfg.Temporal.TaskQueue)),
+		zap.Duration("renew_before", s.cfg.Renewal.RenewBeforeDuration), zap.Float64("per_minute", s.cfg.Renewal.Rate))
+	return nil
+}

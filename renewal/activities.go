@@ -1,0 +1,85 @@
+package renewal
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/choria-io/go-choria/inter"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/workflows"
+)
+
+// Activities are the renewal run's steps, with the long-lived dependencies they share.
+type Activities struct {
+	temporal client.Client
+	starter  workflows.Starter // how a renewed host's run is started (task queue, site)
+	// reprovision asks one provisioned server to re-enter provisioning mode
+	reprovision func(ctx context.Context, identity string) error
+	renewals    *prometheus.CounterVec // choria_provisioner_renewals_total{site,outcome}
+	log         *zap.Logger
+}
+
+// Deps are what NewActivities needs from the worker's process.
+type Deps struct {
+	Temporal client.Client
+	Starter  workflows.Starter
+	// Fleet is a Choria client that reaches provisioned servers (renewal.choria_config)
+	Fleet      inter.Framework
+	Token      string        // the provisioning token the servers expect
+	RPCTimeout time.Duration // how long the reprovision request waits for its reply
+	Renewals   *prometheus.CounterVec
+	Log        *zap.Logger
+}
+
+// NewActivities binds the steps to d; every outcome's counter starts at 0, so that an alert on
+// its rate sees the first failure.
+func NewActivities(d Deps) *Activities {
+	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log}
+	a.reprovision = func(ctx context.Context, identity string) error {
+		res, err := operator.Reprovision(ctx, d.Fleet, d.Token, []string{identity}, d.RPCTimeout)
+		if err != nil {
+			return err
+		}
+		return res[identity]
+	}
+	for _, o := range []string{OutcomeRenewed, OutcomeUnreachable, OutcomeRefused} {
+		a.renewals.WithLabelValues(d.Starter.Site, o).Add(0)
+	}
+	return a
+}
+
+// Register registers the steps under their names.
+func (a *Activities) Register(r interface {
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}) {
+	r.RegisterActivityWithOptions(a.FindExpiring, activity.RegisterOptions{Name: FindExpiringName})
+	r.RegisterActivityWithOptions(a.Renew, activity.RegisterOptions{Name: RenewName})
+}
+
+// admit refuses, before anything is listed, sent or started, a task our renewal runs did not
+// schedule: any client that can write to the namespace can schedule an activity of ours on our
+// task queue by name, with an input of its choosing (a host to restart into provisioning mode).
+// A renewal run's tasks come from a RenewIdentities workflow on our task queue; nothing else's do.
+func (a *Activities) admit(ctx context.Context, name string) error {
+	info := activity.GetInfo(ctx)
+	wfType := ""
+	if info.WorkflowType != nil {
+		wfType = info.WorkflowType.Name
+	}
+	if wfType == WorkflowName && info.TaskQueue == a.starter.TaskQueue {
+		return nil
+	}
+	err := fmt.Errorf("%s refused: scheduled by workflow %q of type %q on task queue %q, not by a %s run on %q",
+		name, info.WorkflowExecution.ID, wfType, info.TaskQueue, WorkflowName, a.starter.TaskQueue)
+	a.log.Warn("renewal task refused", zap.String(logging.FieldWorkflowID, info.WorkflowExecution.ID),
+		zap.String(logging.FieldWorkflowType, wfType), zap.String(logging.FieldActivity, name), zap.Error(err))
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeForeign, nil)
+}

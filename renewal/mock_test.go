@@ -1,0 +1,5 @@
+package renewal
+
+import "github.com/stretchr/testify/mock"
+
+var mockAny = mock.Anything
