@@ -103,6 +103,7 @@ func (e *env) hostRuns(identity string) []hostruns.Run {
 // chained to the issuer) issued before its first one expired; never two runs of a host at once,
 // exactly two provisioned runs each.
 func TestIntegrationRenewalRealServers(t *testing.T) {
+	t.Parallel() // most of its minute and a half waits for the JWTs to near their expiry
 	const servers = 3
 	e := newEnv(t, envOptions{servers: servers, prepare: withRenewal("3m", "  renew_before: 2m\n  interval: 5s\n  rate: 600\n", adminConfig)})
 	require.Equal(t, 2*time.Minute, e.cfg.Renewal.RenewBeforeDuration)
