@@ -54,7 +54,7 @@ func TestIntegrationCheckPreflight(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.NotContains(t, out, "FAIL")
 	require.Contains(t, out, "every check passed")
-	for _, name := range []string{"config", "file", "helper", "signer", "codec key", "broker", "temporal", "namespace", "search attributes", "codec"} {
+	for _, name := range []string{"config", "file", "helper", "signer", "codec key", "broker", "temporal", "namespace", "search attributes", "codec", "renewal"} {
 		require.Contains(t, st, name, "a line for %s", name)
 		for _, s := range st[name] {
 			require.Equal(t, "ok", s, "%s in\n%s", name, out)
@@ -84,6 +84,12 @@ func TestIntegrationCheckPreflight(t *testing.T) {
 			}
 		}
 	}
+
+	// renewal on, but setup has not made its Schedule: nothing would renew
+	out, code, st = check([]string{"PROVISIONER_RENEWAL__ENABLED=true", "PROVISIONER_RENEWAL__CHORIA_CONFIG=" + e.stack.AdminConfig})
+	failsOnly(out, code, st, "renewal")
+	require.Contains(t, out, "renewal is enabled but there is no Schedule renewal:")
+
 	closed, err := devstack.FreePort()
 	require.NoError(t, err)
 

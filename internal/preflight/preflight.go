@@ -55,10 +55,12 @@ func Run(ctx context.Context, o Options, report func(Result)) int {
 		return r.failed
 	}
 	defer tc.Close()
-	if !r.checkNamespace(ctx, cfg, tc) {
+	ok, retention := r.checkNamespace(ctx, cfg, tc)
+	if !ok {
 		return r.failed
 	}
 	r.checkSearchAttributes(ctx, cfg, tc)
+	r.checkRenewal(ctx, cfg, tc, retention)
 	if cd != nil {
 		r.checkCodecMatches(ctx, cfg, tc, cd)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -76,7 +77,9 @@ func (r *runner) checkTemporal(ctx context.Context, cfg *config.Config) client.C
 	return tc
 }
 
-func (r *runner) checkNamespace(ctx context.Context, cfg *config.Config, tc client.Client) bool {
+// checkNamespace says whether the namespace exists, and how long it keeps closed runs (0 when
+// it does not say).
+func (r *runner) checkNamespace(ctx context.Context, cfg *config.Config, tc client.Client) (bool, time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
 	ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: cfg.Temporal.Namespace})
@@ -85,17 +88,19 @@ func (r *runner) checkNamespace(ctx context.Context, cfg *config.Config, tc clie
 	case errors.As(err, &nf):
 		r.emit(Result{Name: "namespace", Status: Fail, Detail: fmt.Sprintf("%s does not exist", cfg.Temporal.Namespace),
 			Fix: fmt.Sprintf("temporal operator namespace create --namespace %s --retention 30d, then choria-provisioner setup", cfg.Temporal.Namespace)})
-		return false
+		return false, 0
 	case err != nil:
 		r.emit(Result{Name: "namespace", Status: Fail, Detail: fmt.Sprintf("describing %s: %v", cfg.Temporal.Namespace, err), Fix: "check this client's permissions on the namespace"})
-		return false
+		return false, 0
 	}
 	detail := cfg.Temporal.Namespace
+	var retention time.Duration
 	if ret := ns.GetConfig().GetWorkflowExecutionRetentionTtl(); ret != nil {
-		detail += fmt.Sprintf(", closed host workflows kept %s", ret.AsDuration())
+		retention = ret.AsDuration()
+		detail += fmt.Sprintf(", closed host workflows kept %s", retention)
 	}
 	r.emit(Result{Name: "namespace", Status: OK, Detail: detail})
-	return true
+	return true, retention
 }
 
 func (r *runner) checkSearchAttributes(ctx context.Context, cfg *config.Config, tc client.Client) {
