@@ -434,9 +434,13 @@ func (e *env) waitFailed(n int) []operator.Host {
 	e.t.Helper()
 	var failed []operator.Host
 	require.Eventually(e.t, func() bool {
-		l, err := e.operator().List(context.Background(), operator.Filter{Outcome: workflows.OutcomeFailed})
-		failed = l
-		return err == nil && len(l) == n
+		// the whole reason, read from each history (the listing's default is the error type)
+		l, err := e.operator().ListPage(context.Background(), operator.Filter{Outcome: workflows.OutcomeFailed}, operator.Page{FullReasons: true})
+		if err != nil {
+			return false
+		}
+		failed = l.Hosts
+		return len(l.Hosts) == n
 	}, 90*time.Second, 250*time.Millisecond, "waiting for %d failed hosts", n)
 	return failed
 }
