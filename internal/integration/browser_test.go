@@ -27,7 +27,7 @@ func newBrowser(t *testing.T) *browser {
 	bin, err := exec.LookPath("chromium")
 	require.NoError(t, err, "the Web UI tests need Debian's chromium: apt-get install chromium (make deps)")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1800),
 		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
