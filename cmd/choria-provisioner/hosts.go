@@ -224,18 +224,26 @@ func whoami() string {
 	return "operator"
 }
 
+// jsonLines writes each of xs as a line of JSON (JSON lines, for a SIEM or jq).
+func jsonLines[T any](w io.Writer, xs []T) error {
+	enc := json.NewEncoder(w)
+	for _, x := range xs {
+		if err := enc.Encode(x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // printListing prints a page of hosts and, when there are more, the token of the next: with
 // --json, a host a line and then {"next": token}.
 func (h *hostsCommand) printListing(l *operator.Listing) error {
 	if h.json {
-		enc := json.NewEncoder(h.out)
-		for _, x := range l.Hosts {
-			if err := enc.Encode(x); err != nil {
-				return err
-			}
+		if err := jsonLines(h.out, l.Hosts); err != nil {
+			return err
 		}
 		if l.Next != "" {
-			return enc.Encode(map[string]string{"next": l.Next})
+			return json.NewEncoder(h.out).Encode(map[string]string{"next": l.Next})
 		}
 		return nil
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -26,13 +25,7 @@ func (h *hostsCommand) listExpiring(ctx context.Context, op *operator.Operator) 
 		return err
 	}
 	if h.json {
-		enc := json.NewEncoder(h.out)
-		for _, x := range hosts {
-			if err := enc.Encode(x); err != nil {
-				return err
-			}
-		}
-		return nil
+		return jsonLines(h.out, hosts)
 	}
 	return h.printIdentities(hosts, time.Now())
 }

@@ -99,11 +99,8 @@ func (h *hostsCommand) listRenewalFailed(ctx context.Context, op *operator.Opera
 		return err
 	}
 	if h.json {
-		enc := json.NewEncoder(h.out)
-		for _, x := range hosts {
-			if err := enc.Encode(x); err != nil {
-				return err
-			}
+		if err := jsonLines(h.out, hosts); err != nil {
+			return err
 		}
 	} else {
 		w := tabwriter.NewWriter(h.out, 0, 2, 2, ' ', 0)
