@@ -129,10 +129,14 @@ func (e *env) seedIdentities(prefix string, n int, expires func(i int) time.Time
 	}, 5*time.Minute, 500*time.Millisecond, "the seeded runs completed and visible")
 }
 
-// renewalIdentities is the scale test's number of identities: 2,000 in make test,
+// defaultRenewalIdentities keeps the scale test short in make test; its renewal run is the one
+// recorded for the replay test.
+const defaultRenewalIdentities = 1000
+
+// renewalIdentities is the scale test's number of identities: 1,000 in make test,
 // RENEWAL_IDENTITIES=10000 for the acceptance size.
 func renewalIdentities(t *testing.T) int {
-	n := 2000
+	n := defaultRenewalIdentities
 	if v := os.Getenv("RENEWAL_IDENTITIES"); v != "" {
 		var err error
 		n, err = strconv.Atoi(v)
@@ -186,7 +190,7 @@ func TestIntegrationRenewalScale(t *testing.T) {
 	require.Empty(t, latest.Result.Failed)
 	require.Equal(t, float64(k), testutil.ToFloat64(svc.Metrics.Renewals.WithLabelValues("dev", renewal.OutcomeRenewed)))
 	e.reportRenewalRun(latest, k, rate, time.Since(runStart))
-	if n == 2000 {
+	if n == defaultRenewalIdentities {
 		e.writeReplayHistoryOf("renewal-scale", latest.WorkflowID)
 	}
 
