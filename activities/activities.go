@@ -130,7 +130,7 @@ func wrap[I sealedInput, O any](a *Activities, name, step string, fn func(contex
 			return zero, SealFailure(err, attempt, in.GetRequest())
 		}
 		done := a.busy()
-		stop := heartbeat(ctx)
+		stop := Heartbeat(ctx)
 		out, err := fn(ctx, in)
 		stop()
 		done()
@@ -167,9 +167,9 @@ func (a *Activities) busy() func() {
 // seconds instead of after their start-to-close timeout. A step done sooner sends none.
 const HeartbeatEvery = 2 * time.Second
 
-// heartbeat beats until the returned func runs. A timer, not a goroutine with a ticker: most
-// steps end long before their first beat, and then cost no goroutine at all.
-func heartbeat(ctx context.Context) func() {
+// Heartbeat beats every HeartbeatEvery until the returned func runs. A timer, not a goroutine
+// with a ticker: most steps end long before their first beat, and then cost no goroutine at all.
+func Heartbeat(ctx context.Context) func() {
 	var (
 		mu      sync.Mutex
 		stopped bool

@@ -86,7 +86,7 @@ func failedHosts(latest *LatestRun, runs []hostruns.Run, hosts map[string]hostru
 		}
 		seen[id] = true
 		out = append(out, FailedHost{Identity: id, Outcome: OutcomeRunFailed, At: r.Closed, WorkflowID: r.WorkflowID, RunID: r.RunID,
-			Reason: fmt.Sprintf("the provisioning run its renewal started ended %s (hosts show %s has the reason)", statusName(r.Status), id)})
+			Reason: fmt.Sprintf("the provisioning run its renewal started ended %s (hosts show %s has the reason)", strings.ToLower(r.StatusName()), id)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Identity < out[j].Identity })
 	return out
@@ -95,8 +95,4 @@ func failedHosts(latest *LatestRun, runs []hostruns.Run, hosts map[string]hostru
 // provisionedSince says whether a host's latest run completed provisioned after a renewal failed.
 func provisionedSince(r hostruns.Run, at time.Time) bool {
 	return r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED && r.Outcome == workflows.OutcomeProvisioned && r.Started.After(at)
-}
-
-func statusName(s enumspb.WorkflowExecutionStatus) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "WorkflowExecutionStatus"))
 }

@@ -458,9 +458,7 @@ func (h *hostsCommand) reprovision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg.ChoriaConfig = h.choriaConfig
-	cfg.BrokerProvisioningPassword = "" // the admin client connects to the fleet's account, not provisioning
-	fw, err := service.NewChoriaClientFramework(cfg, "")
+	fw, err := service.NewFleetClientFramework(cfg, h.choriaConfig)
 	if err != nil {
 		return err
 	}

@@ -77,11 +77,7 @@ func (r *Reader) Records(ctx context.Context, w Window) ([]Record, error) {
 }
 
 func recordOf(run hostruns.Run) Record {
-	id := run.Identity
-	if id == "" {
-		id, _ = workflows.IdentityFromWorkflowID(run.WorkflowID)
-	}
-	return Record{Identity: id, Site: run.Site, Issued: run.Issued, Expires: run.Expires, Signer: run.Signer, Source: run.Source,
+	return Record{Identity: run.HostIdentity(), Site: run.Site, Issued: run.Issued, Expires: run.Expires, Signer: run.Signer, Source: run.Source,
 		WorkflowID: run.WorkflowID, RunID: run.RunID}
 }
 

@@ -73,6 +73,21 @@ func (r Run) Ours(taskQueue string) bool {
 	return r.Type == workflows.WorkflowName && r.TaskQueue == taskQueue
 }
 
+// StatusName is the run's status as Temporal names it: Running, Completed, Failed, ...
+func (r Run) StatusName() string {
+	return strings.TrimPrefix(r.Status.String(), "WorkflowExecutionStatus")
+}
+
+// HostIdentity is the host the run is for: its identity attribute, or, for a run started before
+// that was set, the one its workflow ID names.
+func (r Run) HostIdentity() string {
+	if r.Identity != "" {
+		return r.Identity
+	}
+	id, _ := workflows.IdentityFromWorkflowID(r.WorkflowID)
+	return id
+}
+
 // Running says whether the run is open.
 func (r Run) Running() bool { return r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING }
 

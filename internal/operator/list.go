@@ -257,7 +257,7 @@ func (o *Operator) listAll(ctx context.Context, f Filter, p Page) (*Listing, err
 
 // hostOf is a host as its run says.
 func (o *Operator) hostOf(r hostruns.Run) Host {
-	h := Host{WorkflowID: r.WorkflowID, RunID: r.RunID, Status: statusName(r.Status), Started: r.Started, Closed: r.Closed,
+	h := Host{WorkflowID: r.WorkflowID, RunID: r.RunID, Status: r.StatusName(), Started: r.Started, Closed: r.Closed,
 		Site: r.Site, Outcome: r.Outcome, Step: r.Step}
 	h.Identity, _ = workflows.IdentityFromWorkflowID(h.WorkflowID)
 	switch r.Status {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -97,10 +96,6 @@ func unreachable(err error) error {
 		return fmt.Errorf("%w: %v", ErrUnreachable, err)
 	}
 	return err
-}
-
-func statusName(s enumspb.WorkflowExecutionStatus) string {
-	return strings.TrimPrefix(s.String(), "WorkflowExecutionStatus")
 }
 
 // reasonReads bounds the history reads of a listing's failure reasons in flight: each is a

@@ -56,7 +56,7 @@ func (o *Operator) Retry(ctx context.Context, identity string) error {
 	if err != nil {
 		return err
 	}
-	if status := statusName(r.Status); status == "Completed" || status == "ContinuedAsNew" {
+	if status := r.StatusName(); status == "Completed" || status == "ContinuedAsNew" {
 		return fmt.Errorf("%w: %s is %s; use reprovision to provision it again", ErrNotFailed, identity, strings.ToLower(status))
 	}
 	return o.start(ctx, identity)

@@ -35,10 +35,7 @@ func (s *Service) registerRenewal(w worker.Worker, tc client.Client) error {
 	if !s.cfg.Renewal.Enabled {
 		return nil
 	}
-	fleetCfg := *s.cfg
-	fleetCfg.ChoriaConfig = s.cfg.Renewal.ChoriaConfig
-	fleetCfg.BrokerProvisioningPassword = "" // a fleet client, not the provisioning account's
-	fw, err := NewChoriaClientFramework(&fleetCfg, "")
+	fw, err := NewFleetClientFramework(s.cfg, s.cfg.Renewal.ChoriaConfig)
 	if err != nil {
 		return fmt.Errorf("renewal.choria_config: %w", err)
 	}

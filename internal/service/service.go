@@ -42,6 +42,16 @@ func NewChoriaFramework(cfg *config.Config, log *zap.Logger) (*choria.Framework,
 	return NewChoriaClientFramework(cfg, discovery.ProvisioningCollective)
 }
 
+// NewFleetClientFramework is a Choria client that reaches provisioned servers: the client
+// configuration file (their collective and account), not the provisioning account's password.
+// `hosts reprovision` and the renewal steps ask servers with it.
+func NewFleetClientFramework(cfg *config.Config, choriaConfig string) (*choria.Framework, error) {
+	fleet := *cfg
+	fleet.ChoriaConfig = choriaConfig
+	fleet.BrokerProvisioningPassword = "" // a fleet client, not the provisioning account's
+	return NewChoriaClientFramework(&fleet, "")
+}
+
 // NewChoriaClientFramework is a Choria client from cfg.ChoriaConfig; collective, when set,
 // replaces the file's collectives (the provisioner lives on "provisioning"; the operator's
 // reprovision reaches provisioned servers on the file's own collective).
