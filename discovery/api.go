@@ -70,6 +70,11 @@ const ListTimeout = 30 * time.Second
 // Temporal at the new-hosts rate; the rest are refused (rate) and left to the next sweep.
 const HandoverWindow = 10 * time.Second
 
+// PauseCheckEvery is how often discovery reads the pause state between sweeps: the paused gauge
+// follows it, and a sweep that missed (paused, the state unreadable, or failed) runs again at the
+// first check that finds provisioning running.
+const PauseCheckEvery = 10 * time.Second
+
 // RefusedSweepAfter is how soon after a sweep the next one runs when a sighting was refused for
 // rate since: the refused hosts are found then instead of an interval later.
 const RefusedSweepAfter = 10 * time.Second

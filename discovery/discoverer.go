@@ -37,9 +37,14 @@ type Discoverer struct {
 	// unreadableLogged (Unix ns) is when discovery last logged that the pause state is unreadable,
 	// 0 while it is readable: once per interval, however many sightings ask
 	unreadableLogged atomic.Int64
-	// sweep is Sweep, and resweep RefusedSweepAfter: tests replace them
-	sweep   func(context.Context) (int, error)
-	resweep time.Duration
+	// missed says the last sweep did not run (paused, or the pause state unreadable) or failed:
+	// the loop sweeps again at the first pause check that finds provisioning running, instead of
+	// an interval later
+	missed atomic.Bool
+	// sweep is Sweep, resweep RefusedSweepAfter and pauseEvery PauseCheckEvery: tests replace them
+	sweep      func(context.Context) (int, error)
+	resweep    time.Duration
+	pauseEvery time.Duration
 }
 
 // New makes a Discoverer over a Choria client framework on the provisioning collective.
@@ -56,7 +61,7 @@ func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, 
 	d := &Discoverer{fw: fw, starter: starter, opts: opts, metrics: m, log: log, now: time.Now, recheck: FinishingRecheck}
 	d.gate = newGate(opts.NewHostsRate, opts.NewHostsBurst, m, log)
 	d.settle = newSettler(SettleQueueSize)
-	d.sweep, d.resweep = d.Sweep, RefusedSweepAfter
+	d.sweep, d.resweep, d.pauseEvery = d.Sweep, RefusedSweepAfter, PauseCheckEvery
 	return d
 }
 
@@ -72,9 +77,6 @@ func (d *Discoverer) Connected() bool {
 	return d.conn != nil && d.conn.IsConnected()
 }
 
-// pauseEvery is how often the paused gauge follows the control workflow between sweeps.
-const pauseEvery = 10 * time.Second
-
 // Run listens for startup events and sweeps at start and every interval, until ctx ends.
 func (d *Discoverer) Run(ctx context.Context) error {
 	if !d.opts.DisableEvents {
@@ -88,11 +90,12 @@ func (d *Discoverer) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop sweeps at start, every interval from the last sweep's start, and RefusedSweepAfter the
-// last sweep's end when a sighting was refused for rate since; between sweeps it keeps the paused
-// gauge current and summarises the refusals once an interval.
+// loop sweeps at start, every interval from the last sweep's start, RefusedSweepAfter the last
+// sweep's end when a sighting was refused for rate since, and at the first pause check that finds
+// provisioning running after a sweep that missed (paused, unreadable or failed); between sweeps it
+// keeps the paused gauge current and summarises the refusals once an interval.
 func (d *Discoverer) loop(ctx context.Context) {
-	pause := time.NewTicker(pauseEvery)
+	pause := time.NewTicker(d.pauseEvery)
 	defer pause.Stop()
 	report := time.NewTicker(d.opts.Interval)
 	defer report.Stop()
@@ -111,7 +114,10 @@ func (d *Discoverer) loop(ctx context.Context) {
 			d.gate.report()
 			return
 		case <-pause.C:
-			d.paused(ctx)
+			if !d.paused(ctx) && d.missed.Load() && !d.opts.DisableBroadcasts {
+				due = time.Now()
+				next.Reset(0)
+			}
 		case <-report.C:
 			d.gate.report()
 		case <-d.gate.resweep:

@@ -116,3 +116,44 @@ func TestUnreadablePauseStateHoldsNewHosts(t *testing.T) {
 	require.Zero(t, testutil.ToFloat64(m.Paused.WithLabelValues("lab")))
 	require.Eventually(t, func() bool { starter.mu.Lock(); defer starter.mu.Unlock(); return len(starter.calls) == 1 }, 10*time.Second, 10*time.Millisecond)
 }
+
+// A sweep skipped while paused (or while the pause state was unreadable) runs again at the first
+// pause check that finds provisioning running, not an interval later; a sweep that ran is not
+// repeated by the checks.
+func TestMissedSweepRunsWhenProvisioningRuns(t *testing.T) {
+	state := &pauseState{err: errors.New("the first read is under way")}
+	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents, o.Pause = time.Hour, true, state }, zap.NewNop())
+	clock := &sweepClock{}
+	d.pauseEvery = 50 * time.Millisecond
+	d.sweep = func(ctx context.Context) (int, error) {
+		clock.sweep(ctx)
+		if d.paused(ctx) {
+			return d.Sweep(ctx) // returns before it needs a broker
+		}
+		d.missed.Store(false) // what a sweep that ran leaves
+		return 0, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); assert.NoError(t, d.Run(ctx)) }()
+	defer func() { cancel(); <-done }()
+
+	require.Eventually(t, func() bool { return clock.count() == 1 }, time.Second, 5*time.Millisecond, "no sweep at start")
+	time.Sleep(4 * d.pauseEvery)
+	require.Equal(t, 1, clock.count(), "swept again while the pause state was unreadable")
+	require.True(t, d.missed.Load())
+
+	state.mu.Lock()
+	state.err, state.paused = nil, true
+	state.mu.Unlock()
+	time.Sleep(4 * d.pauseEvery)
+	require.Equal(t, 1, clock.count(), "swept again while paused")
+
+	// running again: the next check sweeps; that sweep ran, so the checks after it do not
+	state.mu.Lock()
+	state.paused = false
+	state.mu.Unlock()
+	require.Eventually(t, func() bool { return clock.count() == 2 }, time.Second, 5*time.Millisecond, "the missed sweep did not run once provisioning ran")
+	time.Sleep(4 * d.pauseEvery)
+	require.Equal(t, 2, clock.count())
+}

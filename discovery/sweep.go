@@ -22,6 +22,7 @@ import (
 // window. It returns how many sightings it handed to Temporal. A paused fleet is not swept.
 func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 	if d.paused(ctx) {
+		d.missed.Store(true)
 		d.log.Info("provisioning is paused, skipping the discovery sweep")
 		return 0, nil
 	}
@@ -32,6 +33,7 @@ func (d *Discoverer) Sweep(ctx context.Context) (int, error) {
 	h := d.handover(ctx, sweptAt, d.listOpen(ctx))
 	err := d.broadcast(ctx, h.found)
 	h.finish()
+	d.missed.Store(err != nil)
 	if err != nil {
 		d.metrics.DiscoveryErrors.WithLabelValues(d.metrics.Site).Inc()
 		return h.counts[resultHanded], fmt.Errorf("broadcast discovery: %w", err)

@@ -229,7 +229,29 @@ func (e *env) waitProvisioned(timeout time.Duration, members ...*devstack.FleetM
 		}
 		e.t.Logf("%s: config written %v, running provisioned %v; latest %s", m.Identity, devstack.Provisioned(m), runningProvisioned(m), state)
 	}
+	e.logProvisioners()
 	e.t.FailNow()
+}
+
+// logProvisioners logs what the test's provisioners said about sweeps, pauses and failures (their
+// warnings, errors and sweep summaries, the last 40 of each log), for a failure read in CI.
+func (e *env) logProvisioners() {
+	logs, _ := filepath.Glob(filepath.Join(e.stack.Opts.Dir, "*.log"))
+	for _, name := range logs {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		var picked []string
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`) ||
+				strings.Contains(line, "discovery sweep") || strings.Contains(line, "paused") {
+				picked = append(picked, line)
+			}
+		}
+		picked = picked[max(0, len(picked)-40):]
+		e.t.Logf("%s (%d lines picked):\n%s", filepath.Base(name), len(picked), strings.Join(picked, "\n"))
+	}
 }
 
 // runningProvisioned reads the server's status file: written by the restarted process, it says
