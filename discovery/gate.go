@@ -79,13 +79,18 @@ func (g *gate) refuse(reason, msg string, err error) {
 	}
 	g.mu.Unlock()
 	if reason == metrics.RefusedRate || reason == metrics.RefusedFull || reason == metrics.RefusedUnjudged {
-		select {
-		case g.resweep <- struct{}{}:
-		default:
-		}
+		g.sweepSoon()
 	}
 	if detail {
 		g.log.Warn(msg, zap.String("reason", reason), zap.Error(err))
+	}
+}
+
+// sweepSoon asks the loop for a sweep RefusedSweepAfter the last one, unless one is asked already.
+func (g *gate) sweepSoon() {
+	select {
+	case g.resweep <- struct{}{}:
+	default:
 	}
 }
 
