@@ -41,6 +41,9 @@ type Discoverer struct {
 	// the loop sweeps again at the first pause check that finds provisioning running, instead of
 	// an interval later
 	missed atomic.Bool
+	// stale asks the loop for a sweep RefusedSweepAfter the last one, after a sighting was dropped
+	// as stale (judge.go)
+	stale chan struct{}
 	// sweep is Sweep, resweep RefusedSweepAfter and pauseEvery PauseCheckEvery: tests replace them
 	sweep      func(context.Context) (int, error)
 	resweep    time.Duration
@@ -62,6 +65,7 @@ func New(fw inter.Framework, starter Starter, opts Options, m *metrics.Metrics, 
 	d.gate = newGate(opts.NewHostsRate, opts.NewHostsBurst, m, log)
 	d.settle = newSettler(SettleQueueSize)
 	d.sweep, d.resweep, d.pauseEvery = d.Sweep, RefusedSweepAfter, PauseCheckEvery
+	d.stale = make(chan struct{}, 1)
 	return d
 }
 
@@ -91,9 +95,11 @@ func (d *Discoverer) Run(ctx context.Context) error {
 }
 
 // loop sweeps at start, every interval from the last sweep's start, RefusedSweepAfter the last
-// sweep's end when a sighting was refused for rate since, and at the first pause check that finds
-// provisioning running after a sweep that missed (paused, unreadable or failed); between sweeps it
-// keeps the paused gauge current and summarises the refusals once an interval.
+// sweep's end when a sighting was refused for rate since or dropped as stale, and at the first
+// pause check that finds provisioning running after a sweep that missed (paused, unreadable or
+// failed); between sweeps it keeps the paused gauge current and summarises the refusals once an
+// interval. Stale sightings bring forward at most one sweep between two others: in a long burst
+// every sweep sees echoes of hosts just restarted, and would otherwise sweep every 10 s.
 func (d *Discoverer) loop(ctx context.Context) {
 	pause := time.NewTicker(d.pauseEvery)
 	defer pause.Stop()
@@ -105,6 +111,7 @@ func (d *Discoverer) loop(ctx context.Context) {
 		next.Stop()
 	}
 	due, ended := time.Now(), time.Time{}
+	staleDue, staleSpent := false, false // the next sweep is brought forward for stale sightings; one was
 	for {
 		if d.opts.Turn != nil {
 			d.opts.Turn()
@@ -125,12 +132,18 @@ func (d *Discoverer) loop(ctx context.Context) {
 				due = early
 				next.Reset(time.Until(due))
 			}
+		case <-d.stale:
+			if early := ended.Add(d.resweep); !staleSpent && !d.opts.DisableBroadcasts && early.Before(due) {
+				due, staleDue, staleSpent = early, true, true
+				next.Reset(time.Until(due))
+			}
 		case <-next.C:
 			began := time.Now()
 			if _, err := d.sweep(ctx); err != nil && ctx.Err() == nil {
 				d.log.Error("discovery sweep failed", zap.Error(err))
 			}
 			ended, due = time.Now(), began.Add(d.opts.Interval)
+			staleSpent, staleDue = staleSpent && staleDue, false
 			next.Reset(time.Until(due))
 		}
 	}

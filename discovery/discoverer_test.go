@@ -157,3 +157,25 @@ func TestMissedSweepRunsWhenProvisioningRuns(t *testing.T) {
 	time.Sleep(4 * d.pauseEvery)
 	require.Equal(t, 2, clock.count())
 }
+
+// A stale sighting brings the next sweep forward, but at most one sweep between two others: in a
+// long burst every sweep sees echoes of hosts just restarted, and must not sweep every resweep.
+func TestStaleSightingsBringForwardOneSweep(t *testing.T) {
+	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents = time.Second, true }, zap.NewNop())
+	clock := &sweepClock{}
+	d.resweep = 100 * time.Millisecond
+	d.sweep = func(ctx context.Context) (int, error) {
+		d.dropStale("echo.example") // every sweep sees an echo
+		return clock.sweep(ctx)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); assert.NoError(t, d.Run(ctx)) }()
+	defer func() { cancel(); <-done }()
+
+	require.Eventually(t, func() bool { return clock.count() >= 2 }, 900*time.Millisecond, 5*time.Millisecond,
+		"a stale sighting did not bring the next sweep forward")
+	time.Sleep(2500 * time.Millisecond)
+	// 0, 0.1, 1.1, 1.2, 2.2, 2.3 s: two sweeps an interval, not one every 100 ms
+	require.LessOrEqual(t, clock.count(), 8, "stale sightings brought every sweep forward")
+}

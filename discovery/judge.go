@@ -162,11 +162,14 @@ func (d *Discoverer) squatted(identity string, r hostruns.Run) verdict {
 }
 
 // dropStale drops a sighting made while the host's last restart may still have been under way,
-// and brings the next sweep forward: by then (RefusedSweepAfter, longer than the default restart
-// window) an echo no longer answers in provisioning mode, while a host re-imaged that soon after
-// its restart does, and waits seconds instead of an interval.
+// and asks for the next sweep sooner (loop): by then (RefusedSweepAfter, longer than the default
+// restart window) an echo no longer answers in provisioning mode, while a host re-imaged that soon
+// after its restart does, and waits seconds instead of an interval.
 func (d *Discoverer) dropStale(identity string) {
 	d.log.Debug("stale sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
 	d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
-	d.gate.sweepSoon()
+	select {
+	case d.stale <- struct{}{}:
+	default:
+	}
 }

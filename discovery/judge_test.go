@@ -96,7 +96,7 @@ func TestStalenessByRestartTime(t *testing.T) {
 			require.Equal(t, 1, s.results)
 			require.Equal(t, float64(1-c.started), testutil.ToFloat64(m.StaleSightings.WithLabelValues("lab")))
 			// a stale sighting brings the next sweep forward, which finds a host re-imaged that soon
-			require.Equal(t, 1-c.started, len(d.gate.resweep), "next sweep brought forward")
+			require.Equal(t, 1-c.started, len(d.stale), "next sweep asked for sooner")
 		})
 	}
 

@@ -2,8 +2,9 @@ package integration
 
 import (
 	"context"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,6 +48,36 @@ func (e *env) restarted(identity string) bool {
 // closed after that sweep began: every host is started from the first sweep, not the next
 // interval.
 func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
+	e, svc, hosts, waits, _ := restartWindow(t, true)
+	worst := slices.Max(slices.Collect(maps.Values(waits)))
+	t.Logf("RESTART WINDOW: %d hosts (3 re-imaged, %d new), the slowest run started after %v; stale sightings %v",
+		len(hosts), len(hosts)-3, worst.Round(10*time.Millisecond), testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev")))
+	require.Zero(t, testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev")), "no sighting of the first sweep is stale")
+	require.Less(t, worst, e.cfg.IntervalDuration/4, "hosts seen in the first sweep must not wait for the next one")
+}
+
+// The same, the old hosts re-imaged right after their restart RPCs, before they restart: the
+// provisioner's first sweep falls inside the restart window, discovery cannot tell their
+// sightings from echoes of the restarts and drops them as stale, and the sweep it brings forward
+// finds them seconds later, not an interval later.
+func TestIntegrationReimagedInRestartWindowFoundSoon(t *testing.T) {
+	e, svc, hosts, waits, sweptAfter := restartWindow(t, false)
+	worst := slices.Max(slices.Collect(maps.Values(waits)))
+	stale := testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev"))
+	t.Logf("RESTART WINDOW (re-imaged inside it): %d hosts, first sweep %v after the restart RPCs, the slowest run started after %v; stale sightings %v",
+		len(hosts), sweptAfter.Round(100*time.Millisecond), worst.Round(10*time.Millisecond), stale)
+	if sweptAfter < workflows.RestartWindow(0)-500*time.Millisecond {
+		require.GreaterOrEqual(t, stale, 3.0, "the re-imaged hosts' sightings in the window are stale")
+	}
+	require.Less(t, worst, e.cfg.IntervalDuration/2, "a host dropped as stale waited for the next interval's sweep")
+}
+
+// restartWindow provisions three real servers with a provisioner of its own process, stops it as
+// soon as their restart RPCs are done, re-images them (once they restarted and after the restart
+// window when afterWindow, else at once) and starts two new servers, then starts a provisioner
+// again and waits for all five. It returns when each host's run started after that provisioner
+// did, and when it started after the restart RPCs.
+func restartWindow(t *testing.T, afterWindow bool) (*env, *service.Service, []*devstack.FleetMember, map[string]time.Duration, time.Duration) {
 	e := newEnv(t, envOptions{servers: 3})
 	old := append([]*devstack.FleetMember(nil), e.stack.Fleet.Members...)
 	first := e.processProvisioner("replica-a")
@@ -62,20 +93,55 @@ func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
 	_, err := first.stop(60 * time.Second)
 	require.NoError(t, err)
 	stopped := time.Now()
+	hosts := e.reimage(old, 2, afterWindow)
+	if afterWindow {
+		// a real re-image takes longer than the restart window
+		time.Sleep(time.Until(restartedBy.Add(workflows.RestartWindow(0) + 100*time.Millisecond)))
+	}
+	t.Logf("provisioner down for %v, from the restart RPCs %v", time.Since(stopped).Round(100*time.Millisecond), time.Since(restartedBy).Round(100*time.Millisecond))
 
-	// re-image the old hosts and start new ones while no provisioner runs
+	started := time.Now()
+	sweptAfter := started.Sub(restartedBy)
+	svc := e.provisioner("replica-b")
+	e.waitProvisioned(e.cfg.IntervalDuration, hosts...)
+	waits := map[string]time.Duration{}
+	for i, m := range hosts {
+		want := 1
+		if i < len(old) {
+			want = 2 // the first provisioner's run, then this one
+		}
+		e.runs(m.Identity, want)
+		resp, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(m.Identity), "")
+		require.NoError(t, err)
+		waits[m.Identity] = resp.GetWorkflowExecutionInfo().GetStartTime().AsTime().Sub(started)
+		e.verifyServerJWT(m)
+	}
+	ids := slices.Sorted(maps.Keys(waits))
+	for _, id := range ids {
+		t.Logf("RESTART WINDOW %s: run started %v after the provisioner did", id, waits[id].Round(10*time.Millisecond))
+	}
+	return e, svc, hosts, waits, sweptAfter
+}
+
+// reimage kills the servers (once they run provisioned when restarted) and starts them again in
+// provisioning mode with the same identities, then starts fresh more; it returns them all once
+// each answers in provisioning mode.
+func (e *env) reimage(old []*devstack.FleetMember, fresh int, restarted bool) []*devstack.FleetMember {
+	t := e.t
 	fw, err := service.NewChoriaClientFramework(e.cfg, "")
 	require.NoError(t, err)
 	var hosts []*devstack.FleetMember
 	for i, m := range old {
-		require.Eventually(t, func() bool { return runningProvisioned(m) }, 30*time.Second, 100*time.Millisecond, "%s restarted provisioned", m.Identity)
+		if restarted {
+			require.Eventually(t, func() bool { return runningProvisioned(m) }, 30*time.Second, 100*time.Millisecond, "%s restarted provisioned", m.Identity)
+		}
 		m.Kill()
 		require.NoError(t, os.RemoveAll(m.Dir))
 		again, err := e.stack.Fleet.Start(i)
 		require.NoError(t, err)
 		hosts = append(hosts, again)
 	}
-	for i := len(old); i < len(old)+2; i++ {
+	for i := len(old); i < len(old)+fresh; i++ {
 		m, err := e.stack.Fleet.Start(i)
 		require.NoError(t, err)
 		hosts = append(hosts, m)
@@ -86,41 +152,5 @@ func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
 		},
 			30*time.Second, 200*time.Millisecond, "%s answers in provisioning mode", m.Identity)
 	}
-	// a real re-image takes longer than the restart window; a sighting within it is an echo of the
-	// restart as far as discovery can tell, dropped as stale and found by a sweep brought forward
-	// (TestStalenessByRestartTime), not the first one this test is about
-	time.Sleep(time.Until(restartedBy.Add(workflows.RestartWindow(0) + 100*time.Millisecond)))
-	t.Logf("provisioner down for %v", time.Since(stopped).Round(100*time.Millisecond))
-
-	started := time.Now()
-	svc := e.provisioner("replica-b")
-	e.waitProvisioned(e.cfg.IntervalDuration, hosts...)
-	waits := map[string]time.Duration{}
-	var worst time.Duration
-	for i, m := range hosts {
-		want := 1
-		if i < len(old) {
-			want = 2 // the first provisioner's run, then this one
-		}
-		e.runs(m.Identity, want)
-		resp, err := e.client.DescribeWorkflowExecution(context.Background(), workflows.WorkflowID(m.Identity), "")
-		require.NoError(t, err)
-		w := resp.GetWorkflowExecutionInfo().GetStartTime().AsTime().Sub(started)
-		waits[m.Identity] = w
-		worst = max(worst, w)
-		e.verifyServerJWT(m)
-	}
-	ids := make([]string, 0, len(waits))
-	for id := range waits {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		t.Logf("RESTART WINDOW %s: run started %v after the provisioner did", id, waits[id].Round(10*time.Millisecond))
-	}
-	t.Logf("RESTART WINDOW: %d hosts (%d re-imaged, %d new), all provisioned %v after the provisioner started; the slowest run started after %v; stale sightings %v",
-		len(hosts), len(old), len(hosts)-len(old), time.Since(started).Round(100*time.Millisecond), worst.Round(10*time.Millisecond),
-		testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev")))
-	require.Zero(t, testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev")), "no sighting of the first sweep is stale")
-	require.Less(t, worst, e.cfg.IntervalDuration/4, "hosts seen in the first sweep must not wait for the next one")
+	return hosts
 }
