@@ -31,6 +31,14 @@ func (c *sweepClock) sweep(context.Context) (int, error) {
 	return 0, nil
 }
 
+// runDiscoverer runs d until the returned function is called, which waits for it to end.
+func runDiscoverer(t *testing.T, d *Discoverer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); assert.NoError(t, d.Run(ctx)) }()
+	return func() { cancel(); <-done }
+}
+
 func (c *sweepClock) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -44,10 +52,7 @@ func TestRefusalBringsTheNextSweepForward(t *testing.T) {
 	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents = time.Hour, true }, zap.NewNop())
 	clock := &sweepClock{}
 	d.sweep, d.resweep = clock.sweep, 100*time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); assert.NoError(t, d.Run(ctx)) }()
-	defer func() { cancel(); <-done }()
+	defer runDiscoverer(t, d)()
 
 	require.Eventually(t, func() bool { return clock.count() == 1 }, time.Second, 5*time.Millisecond, "no sweep at start")
 	time.Sleep(3 * d.resweep)
@@ -133,10 +138,7 @@ func TestMissedSweepRunsWhenProvisioningRuns(t *testing.T) {
 		d.missed.Store(false) // what a sweep that ran leaves
 		return 0, nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); assert.NoError(t, d.Run(ctx)) }()
-	defer func() { cancel(); <-done }()
+	defer runDiscoverer(t, d)()
 
 	require.Eventually(t, func() bool { return clock.count() == 1 }, time.Second, 5*time.Millisecond, "no sweep at start")
 	time.Sleep(4 * d.pauseEvery)
@@ -168,10 +170,7 @@ func TestStaleSightingsBringForwardOneSweep(t *testing.T) {
 		d.dropStale("echo.example") // every sweep sees an echo
 		return clock.sweep(ctx)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); assert.NoError(t, d.Run(ctx)) }()
-	defer func() { cancel(); <-done }()
+	defer runDiscoverer(t, d)()
 
 	require.Eventually(t, func() bool { return clock.count() >= 2 }, 900*time.Millisecond, 5*time.Millisecond,
 		"a stale sighting did not bring the next sweep forward")
