@@ -79,17 +79,18 @@ func (g *gate) refuse(reason, msg string, err error) {
 	}
 	g.mu.Unlock()
 	if reason == metrics.RefusedRate || reason == metrics.RefusedFull || reason == metrics.RefusedUnjudged {
-		g.sweepSoon()
+		nudge(g.resweep)
 	}
 	if detail {
 		g.log.Warn(msg, zap.String("reason", reason), zap.Error(err))
 	}
 }
 
-// sweepSoon asks the loop for a sweep RefusedSweepAfter the last one, unless one is asked already.
-func (g *gate) sweepSoon() {
+// nudge asks the loop, through one of its one-slot channels, for a sweep sooner; a request
+// already waiting there stands for this one.
+func nudge(c chan<- struct{}) {
 	select {
-	case g.resweep <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }

@@ -168,8 +168,5 @@ func (d *Discoverer) squatted(identity string, r hostruns.Run) verdict {
 func (d *Discoverer) dropStale(identity string) {
 	d.log.Debug("stale sighting of a host provisioned since, dropped", zap.String(logging.FieldIdentity, identity))
 	d.metrics.StaleSightings.WithLabelValues(d.metrics.Site).Inc()
-	select {
-	case d.stale <- struct{}{}:
-	default:
-	}
+	nudge(d.stale)
 }
