@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -104,7 +106,9 @@ func TestIntegrationPostgresMutualTLS(t *testing.T) {
 	require.Contains(t, runOut, `does not carry the server name "wrong.example.net"`)
 
 	// two workers provision the fleet over mTLS
-	e.setFlag("helper-broken", true)
+	for _, id := range failing {
+		e.setFlag(helperBroken(id), true)
+	}
 	status := e.startFleetSim(hosts, "--prefix", "mtls-")
 	provisionStart := time.Now()
 	e.processProvisioner("mtls-a")
@@ -129,10 +133,13 @@ func TestIntegrationPostgresMutualTLS(t *testing.T) {
 	for _, id := range failing {
 		require.Contains(t, out, id)
 	}
-	out, code = e.cli(nil, "show", failing[0])
-	require.Equal(t, 0, code, out)
-	require.Contains(t, out, "CMDB has no record")
-	require.Contains(t, out, "Timeline:")
+	// a failed host is found again by discovery's next sweep, whose run fails at the helper too:
+	// the host's latest run is that one's for a while, and shows the helper's reason once it has
+	// run the helper
+	require.Eventually(t, func() bool {
+		out, code := e.cli(nil, "show", failing[0])
+		return code == 0 && strings.Contains(out, "CMDB has no record") && strings.Contains(out, "Timeline:")
+	}, time.Minute, time.Second, "hosts show gives the helper's reason")
 
 	// the temporal CLI over mTLS reads the status query encrypted, and decrypted through the
 	// codec server serving HTTPS with a certificate from the same CA
@@ -143,14 +150,30 @@ func TestIntegrationPostgresMutualTLS(t *testing.T) {
 	require.Contains(t, cliOut, "encryption-key-id")
 	require.NotContains(t, cliOut, "CMDB has no record")
 	codecURL := e.startCodecServerHTTPS(certs)
-	cliOut = e.temporalCLIWith([]string{"SSL_CERT_FILE=" + certs.CACert},
-		append(query, "--codec-endpoint", codecURL, "--codec-auth", "Bearer "+codecToken)...)
-	require.Contains(t, cliOut, "CMDB has no record")
-	e.setFlag("helper-broken", false)
-	out, code = e.cli(nil, append([]string{"retry"}, failing...)...)
-	require.Equal(t, 0, code, out)
+	temporalBin, err := devstack.FindTemporalBinary()
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, code := runBinary(t, temporalBin, []string{"SSL_CERT_FILE=" + certs.CACert},
+			append(query, "--codec-endpoint", codecURL, "--codec-auth", "Bearer "+codecToken)...)
+		assert.Zero(c, code, out)
+		assert.Contains(c, out, "CMDB has no record", "the codec server decrypts the helper's reason")
+	}, time.Minute, time.Second)
+
+	// retry each failed host; while a sweep's run of it is open, retry refuses it, and tries
+	// again once that run has failed at the helper. The helper works for a host once retry has
+	// started it (its first helper call may fail still: the step tries again).
+	refused := 0
 	for _, id := range failing {
-		require.Contains(t, out, "retrying "+id)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			out, code := e.cli(nil, "retry", id)
+			if code != 0 {
+				refused++
+				require.Contains(c, out, operator.ErrAlreadyRunning.Error(), "retry refuses a host only while a run of it is open")
+			}
+			assert.Zero(c, code, out)
+			assert.Contains(c, out, "retrying "+id)
+		}, 2*time.Minute, time.Second, "retry starts %s", id)
+		e.setFlag(helperBroken(id), false)
 	}
 	st := waitSimRestarted(t, status, hosts, 2*time.Minute)
 	provisioned := time.Since(provisionStart)
@@ -166,26 +189,31 @@ func TestIntegrationPostgresMutualTLS(t *testing.T) {
 
 	t.Logf("MTLS Temporal on PostgreSQL with mutual TLS on the frontend and between its services: cluster with certificates ready in %v; "+
 		"a client connects in %v (median of 5; fastest %v, slowest %v); setup %v; %d simulated hosts provisioned by two workers over mTLS, "+
-		"%d in %v, all %d (%d failed by the helper, then retried) in %v; test %v",
+		"%d in %v, all %d (%d failed by the helper, then retried; retry refused %d times while a sweep's run was open) in %v; test %v",
 		clusterReady.Round(100*time.Millisecond), dials[2].Round(100*time.Microsecond), dials[0].Round(100*time.Microsecond), dials[4].Round(100*time.Microsecond),
-		setupTook.Round(10*time.Millisecond), hosts, hosts-len(failing), firstPass.Round(100*time.Millisecond), hosts, len(failing),
+		setupTook.Round(10*time.Millisecond), hosts, hosts-len(failing), firstPass.Round(100*time.Millisecond), hosts, len(failing), refused,
 		provisioned.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond))
 }
 
-// identityFailingHelper is the example helper, except that it fails for the given identities
-// while helper-broken exists in the state directory.
+// identityFailingHelper is the example helper, except that it fails for each of the given
+// identities while helper-broken-<identity> exists in the state directory.
 func identityFailingHelper(t *testing.T, identities []string) func(s *devstack.Stack) string {
 	return func(s *devstack.Stack) string {
 		script := filepath.Join(s.Opts.Dir, "identity-failing-helper.sh")
-		body := fmt.Sprintf(`#!/bin/sh
-input=$(cat)
-if [ -f %[1]s/helper-broken ] && printf '%%s' "$input" | grep -Eq '%[3]s'; then echo "CMDB has no record of this host" >&2; exit 1; fi
-printf '%%s' "$input" | %[2]s
-`, s.Opts.Dir, s.HelperCommand, strings.ReplaceAll(strings.Join(identities, "|"), ".", `\.`))
-		require.NoError(t, os.WriteFile(script, []byte(body), 0o755))
+		var b strings.Builder
+		b.WriteString("#!/bin/sh\ninput=$(cat)\n")
+		for _, id := range identities {
+			fmt.Fprintf(&b, "if [ -f %s ] && printf '%%s' \"$input\" | grep -Fq '\"%s\"'; then echo \"CMDB has no record of this host\" >&2; exit 1; fi\n",
+				filepath.Join(s.Opts.Dir, helperBroken(id)), id)
+		}
+		fmt.Fprintf(&b, "printf '%%s' \"$input\" | %s\n", s.HelperCommand)
+		require.NoError(t, os.WriteFile(script, []byte(b.String()), 0o755))
 		return script
 	}
 }
+
+// helperBroken names the flag that makes identityFailingHelper fail for the identity.
+func helperBroken(identity string) string { return "helper-broken-" + identity }
 
 const codecToken = "mtls-codec-token-0123456789abcdef0123456789"
 
