@@ -63,7 +63,8 @@ func jwtIssue(t *testing.T, m *devstack.FleetMember) (time.Time, string) {
 // Servers provisioned with a 3-minute JWT are listed as expiring within 3m and not within 1m;
 // `hosts show` says when each identity was issued, when it expires (the exp of the JWT the server
 // holds) and by whom; the audit has one issuance per host, and a second for a host provisioned
-// again, whose newest identity alone is listed as expiring.
+// again, whose newest identity alone is listed as expiring; a host closed by hand as gone for good
+// is listed no more, and its issuance stays in the audit.
 func TestIntegrationIdentitiesExpiringShowAndAudit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{servers: 3, prepare: func(t *testing.T, s *devstack.Stack) {
@@ -145,6 +146,23 @@ func TestIntegrationIdentitiesExpiringShowAndAudit(t *testing.T) {
 	table, code := e.cliCmd("audit", "--config", e.stack.ConfigFile, "--since", "1h")
 	require.Equal(t, 0, code, table)
 	require.Contains(t, table, fmt.Sprintf("%d issuances", len(members)+1))
+
+	// a host gone for good, closed by hand as docs/operations.md says: a run of another type
+	// under its workflow ID, newer than its provisioned one, takes its identity out of what the
+	// hosts hold now (the listing here, renewal and the gauges share it); the audit keeps it
+	gone := members[2]
+	id := workflows.WorkflowID(gone.Identity)
+	e.temporalCLI("workflow", "start", "--type", "HostRetired", "--workflow-id", id, "--task-queue", "retired-hosts")
+	e.temporalCLI("workflow", "terminate", "--workflow-id", id, "--reason", "decommissioned")
+	require.Eventually(t, func() bool {
+		out, code := e.cli(nil, "--json", "list", "--expiring", "3m")
+		return code == 0 && !strings.Contains(out, gone.Identity)
+	}, 20*time.Second, 500*time.Millisecond, "%s is no longer listed as expiring", gone.Identity)
+	require.Len(t, e.expiring("3m"), len(members)-1, "the others still are")
+	require.Len(t, e.auditJSON("--since", "1h", "--identity", gone.Identity), 1, "its issuance stays on record")
+	out, code = e.cli(nil, "show", gone.Identity)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `not a provisioner's run: workflow type "HostRetired"`)
 }
 
 // seedInput is what the seeding workflow records as its host's identity.
