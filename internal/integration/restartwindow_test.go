@@ -48,8 +48,7 @@ func (e *env) restarted(identity string) bool {
 // closed after that sweep began: every host is started from the first sweep, not the next
 // interval.
 func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
-	e, svc, hosts, waits, _ := restartWindow(t, true)
-	worst := slices.Max(slices.Collect(maps.Values(waits)))
+	e, svc, hosts, worst, _ := restartWindow(t, true)
 	t.Logf("RESTART WINDOW: %d hosts (3 re-imaged, %d new), the slowest run started after %v; stale sightings %v",
 		len(hosts), len(hosts)-3, worst.Round(10*time.Millisecond), testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev")))
 	require.Zero(t, testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev")), "no sighting of the first sweep is stale")
@@ -61,8 +60,7 @@ func TestIntegrationRestartWindowDoesNotDelayHosts(t *testing.T) {
 // sightings from echoes of the restarts and drops them as stale, and the sweep it brings forward
 // finds them seconds later, not an interval later.
 func TestIntegrationReimagedInRestartWindowFoundSoon(t *testing.T) {
-	e, svc, hosts, waits, readyAfter := restartWindow(t, false)
-	worst := slices.Max(slices.Collect(maps.Values(waits)))
+	e, svc, hosts, worst, readyAfter := restartWindow(t, false)
 	stale := testutil.ToFloat64(svc.Metrics.StaleSightings.WithLabelValues("dev"))
 	t.Logf("RESTART WINDOW (re-imaged inside it): %d hosts, the provisioner ready %v after the restart RPCs, the slowest run started after %v; stale sightings %v",
 		len(hosts), readyAfter.Round(100*time.Millisecond), worst.Round(10*time.Millisecond), stale)
@@ -76,9 +74,9 @@ func TestIntegrationReimagedInRestartWindowFoundSoon(t *testing.T) {
 // restartWindow provisions three real servers with a provisioner of its own process, stops it as
 // soon as their restart RPCs are done, re-images them (once they restarted and after the restart
 // window when afterWindow, else at once) and starts two new servers, then starts a provisioner
-// again and waits for all five. It returns when each host's run started after that provisioner
-// did, and when that provisioner was ready after the restart RPCs.
-func restartWindow(t *testing.T, afterWindow bool) (*env, *service.Service, []*devstack.FleetMember, map[string]time.Duration, time.Duration) {
+// again and waits for all five. It returns how long after that provisioner started the slowest
+// host's run started, and when that provisioner was ready after the restart RPCs.
+func restartWindow(t *testing.T, afterWindow bool) (*env, *service.Service, []*devstack.FleetMember, time.Duration, time.Duration) {
 	e := newEnv(t, envOptions{servers: 3})
 	old := append([]*devstack.FleetMember(nil), e.stack.Fleet.Members...)
 	first := e.processProvisioner("replica-a")
@@ -121,7 +119,7 @@ func restartWindow(t *testing.T, afterWindow bool) (*env, *service.Service, []*d
 	for _, id := range ids {
 		t.Logf("RESTART WINDOW %s: run started %v after the provisioner did", id, waits[id].Round(10*time.Millisecond))
 	}
-	return e, svc, hosts, waits, readyAfter
+	return e, svc, hosts, slices.Max(slices.Collect(maps.Values(waits))), readyAfter
 }
 
 // reimage kills the servers (once they run provisioned when restarted) and starts them again in
