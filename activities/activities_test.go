@@ -64,7 +64,7 @@ func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
 	require.Equal(t, ErrTypeRPC, app.Type(), "an unclassified failure is ours or the transport's")
 	require.False(t, IsNoReply(err), "nothing defaults to no reply")
 	require.True(t, Retryable(err))
-	_, reply, sealed := FailureSeal(err)
+	_, reply, _, sealed := FailureSeal(err)
 	require.True(t, sealed, "the failure carries the request's seal")
 	require.Equal(t, StepInventory, reply.Step)
 }

@@ -140,7 +140,7 @@ func TestAdmitRefusesInputsOfOtherRunsAndSteps(t *testing.T) {
 		require.True(t, errors.As(err, &app), "%s: %v", c.name, err)
 		require.Equal(t, c.errType, app.Type(), c.name)
 		require.True(t, app.NonRetryable(), c.name)
-		_, reply, ok := FailureSeal(err)
+		_, reply, _, ok := FailureSeal(err)
 		require.True(t, ok, "%s: the refusal is sealed", c.name)
 		require.Equal(t, c.seal.Seq, reply.Seq, c.name)
 		require.Equal(t, 0, ran, c.name)

@@ -44,6 +44,9 @@ type fakeHost struct {
 	// client's, or one the codec could not read); replayed: -> its results answer another request
 	unsealed map[string]bool
 	replayed map[string]activities.Seal
+	// relabelled: activity name -> its sealed failures go back under this type, non-retryable,
+	// with another message (the worker's details copied into a failure of someone else's choosing)
+	relabelled map[string]string
 }
 
 func (f *fakeHost) saw(in activities.HostInput) {
@@ -147,6 +150,22 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 	}))
 }
 
+// relabel is a sealed failure's details under another type, flag and message.
+func relabel(sealed error, as string) error {
+	var app *temporal.ApplicationError
+	if !errors.As(sealed, &app) {
+		panic("relabel: not an application error")
+	}
+	var attempt int32
+	var reply activities.Seal
+	var verdict activities.Verdict
+	if err := app.Details(&attempt, &reply, &verdict); err != nil {
+		panic(err)
+	}
+	return temporal.NewApplicationErrorWithOptions("relabelled "+as, as, temporal.ApplicationErrorOptions{
+		NonRetryable: true, Details: []any{attempt, reply, verdict}})
+}
+
 // stepFake makes a fake activity for the step it is registered as.
 type stepFake func(name string) any
 
@@ -170,7 +189,11 @@ func answerSeeing[I, O any](f *fakeHost, see func(I), fn func(I) O) stepFake {
 				if unsealed {
 					return none, err
 				}
-				return none, activities.SealFailure(err, activity.GetInfo(ctx).Attempt, req)
+				sealed := activities.SealFailure(err, activity.GetInfo(ctx).Attempt, req)
+				if as := f.relabelled[name]; as != "" {
+					return none, relabel(sealed, as)
+				}
+				return none, sealed
 			}
 			out := fn(in)
 			if r, ok := any(out).(interface{ SetReply(activities.Seal) }); ok {
@@ -211,7 +234,7 @@ func (s *ProvisionSuite) SetupTest() {
 	s.policy = Policy{Site: "lab", DeferDelay: time.Minute}
 	s.hooks = Hooks{}
 	s.host = &fakeHost{helper: []activities.HelperOutput{configured}, failing: map[string]error{}, flaky: map[string]int{}, script: map[string][]string{},
-		unsealed: map[string]bool{}, replayed: map[string]activities.Seal{}}
+		unsealed: map[string]bool{}, replayed: map[string]activities.Seal{}, relabelled: map[string]string{}}
 	s.host.register(s.env)
 }
 

@@ -143,21 +143,25 @@ func (p *provisioner) verify(ctx workflow.Context, req activities.Seal, err erro
 	if ctx.Err() != nil {
 		return err // the run itself is cancelled
 	}
-	if _, reply, ok := activities.FailureSeal(err); ok && reply.Answers(req) {
-		var app *temporal.ApplicationError
-		if errors.As(err, &app) && !timedOut(err) {
-			return err
-		}
-	}
 	// A failure without this request's seal: one the server made (a timeout, a cancellation: an
 	// activity that did not finish) or one from a namespace client. A fresh error that wraps
 	// nothing of it, so no type in its chain (NoReply, NotInProvisioningMode) takes a decision.
-	msg := textsafe.Clean(reason(err), maxUntrustedText)
-	untrusted := activities.NewError(activities.ErrTypeUntrusted, msg, nil)
-	if timedOut(err) {
+	untrusted := activities.NewError(activities.ErrTypeUntrusted, textsafe.Clean(reason(err), maxUntrustedText), nil)
+	var app *temporal.ApplicationError
+	attempt, reply, verdict, sealed := activities.FailureSeal(err)
+	switch {
+	case timedOut(err):
 		return untrusted // the server's: not a refusal, but no seal either
+	case !errors.As(err, &app) || !sealed || !reply.Answers(req):
+		return p.refuse(ctx, activities.ReasonUnsealedFailure, untrusted)
+	case !verdict.Says(app):
+		// the worker's own details under a type, flag or message of someone else's choosing
+		return p.refuse(ctx, activities.ReasonAlteredFailure, activities.NewError(activities.ErrTypeUntrusted,
+			textsafe.Clean(fmt.Sprintf("%s failure refused: its type, retry flag or message differ from what the worker sealed (%s)",
+				req.Step, reason(err)), maxUntrustedText), nil))
 	}
-	return p.refuse(ctx, activities.ReasonUnsealedFailure, untrusted)
+	// decided from the sealed copy alone: nothing of the plain failure reaches a decision
+	return verdict.Error(attempt, reply)
 }
 
 // maxUntrustedText bounds what an untrusted failure puts in the status, history and logs.

@@ -78,6 +78,55 @@ func (s *ProvisionSuite) TestAnUnsealedFailureDecidesNothing() {
 	}
 }
 
+// A failure carrying the worker's own sealed details under another type, retry flag or message
+// (copied from the step's earlier attempt, where DescribeWorkflowExecution shows them, and sent
+// by ID) decides nothing either: the workflow decides from the sealed verdict, and a failure whose
+// plain fields differ from it is refused and counted, for every step that retries.
+func (s *ProvisionSuite) TestASealedFailureUnderAnotherTypeDecidesNothing() {
+	sighted := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	shutdown := activities.HelperOutput{Shutdown: true, Msg: "decommissioned"}
+	for _, c := range []struct {
+		activity, as string
+		helper       activities.HelperOutput
+	}{
+		{activities.InventoryName, activities.ErrTypeNotProvisioning, configured},
+		{activities.FetchJWTName, activities.ErrTypeNotProvisioning, configured},
+		{activities.Gen25519Name, activities.ErrTypeNotProvisioning, configured},
+		{activities.InventoryName, activities.ErrTypeNoReply, configured},
+		{activities.RunHelperName, activities.ErrTypeConfig, configured},
+		{activities.ConfigureName, activities.ErrTypeNoReply, configured},
+		{activities.RestartName, activities.ErrTypeNoReply, configured},
+		{activities.ShutdownName, activities.ErrTypeNoReply, shutdown},
+	} {
+		s.SetupTest()
+		got := s.refusals()
+		s.host.helper = []activities.HelperOutput{c.helper}
+		// the step's real failure: retryable, of a type that decides nothing by itself
+		s.host.failing[c.activity] = activities.NewError(activities.ErrTypeAborted, "the agent refused", nil)
+		s.host.relabelled[c.activity] = c.as
+		in := input()
+		in.SeenAt = sighted
+		s.execute(Features{JWT: true, ED25519: true}, in)
+		name := c.activity + " as " + c.as
+		s.Require().True(s.env.IsWorkflowCompleted(), name)
+		err := s.env.GetWorkflowError()
+		s.Require().Error(err, "%s: the run fails, it does not end provisioned, restarted or shut down", name)
+		s.Contains(err.Error(), "differ from what the worker sealed", name)
+		s.Equal(OutcomeFailed, s.status().Outcome, name)
+		s.GreaterOrEqual(got[activities.ReasonAlteredFailure], 1, name)
+		s.Zero(got[activities.ReasonUnsealedFailure], "%s: counted as altered, not as unsealed", name)
+	}
+}
+
+// The workflow decides from the sealed verdict: the worker's own failure, unaltered, keeps its
+// type and retry flag (a sealed NoReply to a configured server's restart is the restart under way).
+func (s *ProvisionSuite) TestASealedFailureKeepsItsVerdict() {
+	s.host.failing[activities.RestartName] = activities.NewError(activities.ErrTypeNoReply, "no reply", nil)
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Equal(OutcomeProvisioned, s.result().Outcome)
+	s.Contains(s.result().Message, "the restart was not confirmed")
+}
+
 // Untrusted failure text is cleaned and bounded before it reaches the status and the logs.
 func (s *ProvisionSuite) TestAnUnsealedFailuresTextIsCleaned() {
 	s.host.unsealed[activities.RunHelperName] = true
