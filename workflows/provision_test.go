@@ -721,10 +721,27 @@ func (s *ProvisionSuite) TestRestartOverADeadBrokerFails() {
 	s.Equal(StepRestart, s.status().Step)
 }
 
+// A server out of provisioning mode at configure, past the first pass's reads, is no stale
+// sighting (only those reads carry the sighting time): the run fails at that step, at once.
 func (s *ProvisionSuite) TestNotInProvisioningModeLaterIsAFailure() {
 	s.host.failing[activities.ConfigureName] = temporal.NewNonRetryableApplicationError("choria_provision#configure: Cannot reconfigure a server that is not in provisioning mode", activities.ErrTypeNotProvisioning, nil)
 	s.execute(Features{JWT: true}, input())
-	s.Require().Error(s.env.GetWorkflowError())
+	err := s.env.GetWorkflowError()
+	s.Require().Error(err)
+	var types []string
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if app, ok := e.(*temporal.ApplicationError); ok {
+			types = append(types, app.Type())
+		}
+	}
+	s.Equal(ErrTypeProvisionFailed, types[0], "the run's own failure, not the activity's error as such")
+	s.Contains(types, activities.ErrTypeNotProvisioning, "the cause the run failed on")
+	s.ErrorContains(err, "step configure")
+	st := s.status()
+	s.Equal(OutcomeFailed, st.Outcome)
+	s.Equal(StepConfigure, st.Step)
+	s.Equal(1, countOf(s.host.calls, activities.ConfigureName), "not retried")
+	s.Zero(countOf(s.host.calls, activities.RestartName))
 }
 
 func upgradeTo(v string) activities.HelperOutput {
@@ -746,12 +763,32 @@ func (s *ProvisionSuite) TestUpgradeThenProvisionTheNewVersion() {
 	s.Equal("0.99.0", st.ServerVersion)
 }
 
+// The helper's version is the server's (0.30.2), or upgrades are off: no update is asked for,
+// and the host is provisioned at the version it runs. Off, even a server that could not be
+// upgraded (which fails the run with the feature on) is provisioned.
 func (s *ProvisionSuite) TestNoUpgradeWhenTheVersionMatchesOrTheFeatureIsOff() {
-	s.host.upgradable = true
-	s.host.helper = []activities.HelperOutput{upgradeTo("0.30.2")}
-	s.execute(Features{Upgrades: true}, input())
-	s.result()
-	s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName))
+	for _, c := range []struct {
+		name       string
+		features   Features
+		version    string
+		upgradable bool
+	}{
+		{"the version matches", Features{JWT: true, Upgrades: true}, "0.30.2", true},
+		{"the feature is off", Features{JWT: true}, "0.99.0", true},
+		{"the feature is off, the server not upgradable", Features{JWT: true}, "0.99.0", false},
+	} {
+		s.SetupTest()
+		s.host.upgradable = c.upgradable
+		s.host.helper = []activities.HelperOutput{upgradeTo(c.version)}
+		s.execute(c.features, input())
+		s.Equal(OutcomeProvisioned, s.result().Outcome, c.name)
+		s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName), c.name)
+		s.Equal(1, countOf(s.host.calls, activities.InventoryName), "%s: the steps ran once, against the server as it was", c.name)
+		st := s.status()
+		s.Empty(st.Upgraded, c.name)
+		s.Equal("0.30.2", st.ServerVersion, c.name)
+		s.Empty(st.LastError, c.name)
+	}
 }
 
 func (s *ProvisionSuite) TestUpgradeFeatureOffIgnoresTheHelpersVersion() {
