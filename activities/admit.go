@@ -46,6 +46,9 @@ func (a *Activities) admit(ctx context.Context, activityName, step string, in se
 	default:
 		r, err := checkRequest(ctx, step, in.GetRequest())
 		if err == nil {
+			r, err = checkApproval(ctx, activityName, in)
+		}
+		if err == nil {
 			return nil
 		}
 		a.refuse(r, wfID, wfType, in, activityName, err)

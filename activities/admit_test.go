@@ -64,10 +64,35 @@ func sealAs(ctx workflow.Context, step string, in any) any {
 	if req.Step == "" {
 		req = Seal{Run: "n1", RunID: thisRun, Step: step, Seq: 1, At: workflow.Now(ctx)}
 	}
+	run := workflow.GetInfo(ctx).WorkflowExecution.RunID
 	if req.RunID == thisRun {
-		req.RunID = workflow.GetInfo(ctx).WorkflowExecution.RunID
+		req.RunID = run
 	}
-	return s.WithRequest(req)
+	switch in := s.WithRequest(req).(type) {
+	case SignInput:
+		in.Approval = approvedIn(in.Approval, run)
+		return in
+	case ConfigureInput:
+		in.Approval = approvedIn(in.Approval, run)
+		return in
+	default:
+		return in
+	}
+}
+
+// approvedIn is a, or one reply received by thisRun when a names none, with thisRun as run.
+func approvedIn(a Approval, run string) Approval {
+	if a.Facts == nil {
+		a.Facts = []Seal{{Run: "n1", RunID: thisRun, Step: StepHelper, Seq: 1}}
+	}
+	facts := make([]Seal, len(a.Facts))
+	for i, f := range a.Facts {
+		if f.RunID == thisRun {
+			f.RunID = run
+		}
+		facts[i] = f
+	}
+	return Approval{Facts: facts}
 }
 
 // Any namespace client can schedule our activities on our task queue by name: a task that a

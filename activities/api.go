@@ -147,6 +147,7 @@ type SignInput struct {
 	PublicKey string            `json:"public_key"` // hex, from gen25519
 	Config    map[string]string `json:"config"`     // the helper's configuration: collectives and provider shape the defaults
 	Claims    *ServerClaims     `json:"claims"`
+	Approval
 }
 
 // ConfigureInput is the configure RPC's payload.
@@ -162,6 +163,7 @@ type ConfigureInput struct {
 	ServerJWT      string            `json:"server_jwt,omitempty"`
 	ActionPolicies map[string]string `json:"action_policies,omitempty"`
 	OPAPolicies    map[string]string `json:"opa_policies,omitempty"`
+	Approval
 }
 
 // UpgradeInput asks a server to update itself to Version from the worker's upgrades_repository.

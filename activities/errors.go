@@ -61,7 +61,7 @@ var (
 // nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
 // the workflow's retry policies name them (NonRetryableErrorTypes).
 var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge,
-	ErrTypeRefused, ErrTypeOtherRun}
+	ErrTypeRefused, ErrTypeOtherRun, ErrTypeStaleApproval}
 
 // NonRetryableErrorTypes lists the error types a retry policy must not retry.
 func NonRetryableErrorTypes() []string { return append([]string(nil), nonRetryable...) }

@@ -39,6 +39,9 @@ func (p *provisioner) gather(ctx workflow.Context) (*facts, error) {
 	if err := p.readAll(ctx, reads); err != nil {
 		return nil, err
 	}
+	for _, r := range reads {
+		f.replies = append(f.replies, r.result.(interface{ GetReply() activities.Seal }).GetReply())
+	}
 	if features.JWT {
 		f.helper.Input.JWT, f.helper.HadToken = f.jwt.Claims, f.jwt.HadToken
 	}

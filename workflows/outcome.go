@@ -115,6 +115,12 @@ func (p *provisioner) upsert(ctx workflow.Context, updates ...temporal.SearchAtt
 }
 
 // failedAttempts reads the attempt count the activity put in its error's details.
+// staleApproval is the sign or configure step's refusal of a decision another run received.
+func staleApproval(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && app.Type() == activities.ErrTypeStaleApproval
+}
+
 func failedAttempts(err error) int32 {
 	var app *temporal.ApplicationError
 	var n int32

@@ -38,6 +38,9 @@ type provisioner struct {
 	digest, current string
 	drifted         bool
 	hooks           Hooks
+	// askedAgain: a sign or configure was refused as resting on another run's replies (a reset
+	// run), and the steps ran again from the reads; a second refusal fails the run
+	askedAgain bool
 	// signer runs the sign step locally in this worker (nil: the registered activity, in tests)
 	signer *activities.LocalSigner
 }
@@ -55,6 +58,9 @@ type facts struct {
 	jwt       activities.JWTResult
 	inventory activities.InventoryResult
 	csr       *activities.CSRResult
+	// replies are the seals of the reads' and the helper's answers: what a signature and a
+	// configuration rest on (activities.Approval)
+	replies []activities.Seal
 }
 
 // ProvisionHost provisions one Choria Server: jwt, gen25519 or gencsr, and inventory together,
@@ -125,6 +131,8 @@ func (p *provisioner) run(ctx workflow.Context) (*ProvisionResult, error) {
 		switch {
 		case err != nil && staleSighting(err):
 			return p.finish(ctx, OutcomeProvisioned, "no longer in provisioning mode: a stale sighting of a provisioned server")
+		case err != nil && staleApproval(err) && !p.askedAgain:
+			p.askAgain(ctx, err)
 		case err != nil:
 			return nil, p.fail(ctx, err)
 		case out.again:
@@ -148,6 +156,9 @@ func (p *provisioner) pass(ctx workflow.Context) (outcome, error) {
 		return outcome{}, err
 	}
 	d, err := p.askHelper(ctx, f)
+	if err == nil {
+		f.replies = append(f.replies, d.Reply)
+	}
 	switch {
 	case err != nil:
 		return outcome{}, err
@@ -164,6 +175,18 @@ func (p *provisioner) pass(ctx workflow.Context) (outcome, error) {
 	}
 	note, err := p.restart(ctx)
 	return outcome{decision: DecisionConfigure, msg: note}, err
+}
+
+// askAgain starts the steps again from the reads: the sign or configure step refused the facts
+// and decision this run replayed from the history a reset copied (activities.Approval). Nothing
+// was signed or sent on them; the host is read and the helper asked again, and the run ends as
+// the helper now says.
+func (p *provisioner) askAgain(ctx workflow.Context, err error) {
+	p.askedAgain = true
+	p.log.Warn("the decision was received by another run: reading the host and asking the helper again", "error", reason(err))
+	p.status.LastError = reason(err)
+	p.status.HelperDecision, p.status.HelperMessage = "", ""
+	p.details(ctx, "reset: the decision replayed from another run is not acted on; reading the host and asking the helper again")
 }
 
 func (p *provisioner) askHelper(ctx workflow.Context, f *facts) (*activities.HelperOutput, error) {
@@ -231,7 +254,7 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 	var signer string
 	if p.policy.Features.ED25519 {
 		sign := activities.SignInput{Identity: p.in.Identity, PublicKey: f.helper.Input.ED25519PubKey.PublicKey,
-			Config: d.Configuration, Claims: d.ServerClaims}
+			Config: d.Configuration, Claims: d.ServerClaims, Approval: conf.Approval}
 		var signed activities.SignResult
 		if err := p.step(ctx, StepSign, sign, &signed); err != nil {
 			return err
@@ -273,7 +296,8 @@ func (p *provisioner) restart(ctx workflow.Context) (string, error) {
 
 func configureInput(identity string, f *facts, d *activities.HelperOutput) activities.ConfigureInput {
 	conf := activities.ConfigureInput{Identity: identity, Configuration: d.Configuration, Certificate: d.Certificate,
-		CA: d.CA, SSLDir: d.SSLDir, ActionPolicies: d.ActionPolicies, OPAPolicies: d.OPAPolicies}
+		CA: d.CA, SSLDir: d.SSLDir, ActionPolicies: d.ActionPolicies, OPAPolicies: d.OPAPolicies,
+		Approval: activities.Approval{Facts: f.replies}}
 	if f.csr != nil && f.csr.SSLDir != "" {
 		conf.SSLDir = f.csr.SSLDir // where the server put its key: the certificate must go beside it
 	}

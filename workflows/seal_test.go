@@ -195,3 +195,33 @@ func TestSealAnswersOnlyItsRequest(t *testing.T) {
 	}
 	require.False(t, activities.Seal{}.Answers(activities.Seal{}), "an unsealed request is answered by nothing")
 }
+
+// A sign or configure refused as resting on another run's replies (what a reset run replays) is
+// not retried with them: the run reads the host and asks the helper again, and ends as the helper
+// now says; the facts and the decision it signs and sends on are its own run's.
+func (s *ProvisionSuite) TestADecisionAnotherRunReceivedIsTakenAgain() {
+	for _, step := range []string{activities.SignServerJWTName, activities.ConfigureName} {
+		s.SetupTest()
+		s.host.script[step] = []string{activities.ErrTypeStaleApproval}
+		s.host.helper = []activities.HelperOutput{configured, {Shutdown: true, Msg: "the CA no longer approves this host"}}
+		s.execute(Features{JWT: true, ED25519: true}, input())
+		s.Equal(OutcomeShutdown, s.result().Outcome, step)
+		s.Equal(2, countOf(s.host.calls, activities.InventoryName), "%s: the host is read again", step)
+		s.Equal(2, countOf(s.host.calls, activities.RunHelperName), "%s: the helper is asked again", step)
+		s.Equal(map[string]int{activities.SignServerJWTName: 1, activities.ConfigureName: 0}[step],
+			countOf(s.host.calls, activities.ConfigureName), "%s: nothing is configured on the refused decision", step)
+		s.NotContains(s.host.calls, activities.RestartName, step)
+	}
+
+	s.SetupTest()
+	s.host.script[activities.ConfigureName] = []string{activities.ErrTypeStaleApproval}
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Equal(OutcomeProvisioned, s.result().Outcome, "the helper approves again: provisioned on this run's decision")
+	s.Len(s.host.conf.Facts, 4, "configure rests on the jwt, gen25519 and inventory replies and the helper's")
+
+	s.SetupTest()
+	s.host.script[activities.ConfigureName] = []string{activities.ErrTypeStaleApproval, activities.ErrTypeStaleApproval}
+	s.execute(Features{JWT: true, ED25519: true}, input())
+	s.Require().Error(s.env.GetWorkflowError(), "once, not again and again")
+	s.Contains(s.env.GetWorkflowError().Error(), activities.ErrTypeStaleApproval)
+}
