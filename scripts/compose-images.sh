@@ -7,16 +7,86 @@
 #
 # A stand-in is rebuilt only when its inputs change (a hash of them is a label on the image), so a
 # second run on the same machine builds only what changed.
+#
+# The Debian mirror is the machine's own: the first `deb` source of the main archive and of the
+# security suite in its apt configuration (/etc/apt/sources.list, then sources.list.d/*.list and
+# *.sources in apt's order), unless PROVISIONER_DEBIAN_MIRROR and PROVISIONER_DEBIAN_SECURITY say
+# otherwise. `scripts/compose-images.sh --mirrors` prints the two and builds nothing (APT_DIR=DIR
+# reads another apt configuration directory instead of /etc/apt).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+RELEASE=bookworm # the images' Debian release
+
+# apt_sources [DIR]: every enabled `deb` source of the apt configuration under DIR (/etc/apt), one
+# "URI SUITE COMPONENT..." line per URI and suite, in the order apt reads them: one-line .list
+# files and deb822 .sources stanzas
+apt_sources() {
+  local dir=${1:-/etc/apt} f
+  local files=()
+  [ -f "$dir/sources.list" ] && files+=("$dir/sources.list")
+  for f in "$dir"/sources.list.d/*; do
+    case "$f" in *.list | *.sources) [ -f "$f" ] && files+=("$f") ;; esac
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  for f in "${files[@]}"; do
+    case "$f" in
+    *.sources)
+      awk '
+        function flush(   n, m, i, j, uris, suites) {
+          if (types ~ /(^|[[:space:]])deb([[:space:]]|$)/ && tolower(enabled) != "no") {
+            n = split(uri, uris, /[[:space:]]+/); m = split(suite, suites, /[[:space:]]+/)
+            for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) if (uris[i] != "" && suites[j] != "") print uris[i], suites[j], comps
+          }
+          types = uri = suite = comps = enabled = ""; key = ""
+        }
+        /^#/ { next }
+        /^[[:space:]]*$/ { flush(); next }
+        /^[[:space:]]/ { if (key == "uris") uri = uri " " $0; else if (key == "suites") suite = suite " " $0; next }
+        {
+          key = tolower(substr($0, 1, index($0, ":") - 1)); val = substr($0, index($0, ":") + 1)
+          gsub(/^[[:space:]]+|[[:space:]]+$/, "", val)
+          if (key == "types") types = val; else if (key == "uris") uri = val
+          else if (key == "suites") suite = val; else if (key == "components") comps = val
+          else if (key == "enabled") enabled = val
+        }
+        END { flush() }' "$f"
+      ;;
+    *)
+      sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && NF >= 3 { $1 = ""; sub(/^ /, ""); print }'
+      ;;
+    esac
+  done
+  return 0
+}
+
+# apt_mirror SUITE... : the URI of the first deb source of one of the suites (in apt's order),
+# without its trailing slash
+apt_mirror() {
+  local sources
+  sources=$(apt_sources "${APT_DIR:-/etc/apt}")
+  awk -v want="$*" '
+    BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) ok[w[i]] = 1 }
+    ok[$2] && !found { sub(/\/+$/, "", $1); print $1; found = 1 }' <<<"$sources"
+}
+
+# the machine's own release serves as well: its archive carries every release
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}" || true)
+[ "$codename" != "$RELEASE" ] || codename=
+MIRROR="${PROVISIONER_DEBIAN_MIRROR:-$(apt_mirror "$RELEASE" "$RELEASE-updates" $codename ${codename:+$codename-updates})}"
+SECURITY="${PROVISIONER_DEBIAN_SECURITY:-$(apt_mirror "$RELEASE-security" "$RELEASE/updates" ${codename:+$codename-security $codename/updates})}"
+[ -n "$MIRROR" ] || { echo "compose-images: no Debian archive among this machine's apt sources (${APT_DIR:-/etc/apt}/sources.list, sources.list.d/*.list, *.sources; a deb source of suite $RELEASE${codename:+ or $codename}): set PROVISIONER_DEBIAN_MIRROR to the mirror's URI" >&2; exit 1; }
+[ -n "$SECURITY" ] || { echo "compose-images: no Debian security suite among this machine's apt sources (${APT_DIR:-/etc/apt}/sources.list, sources.list.d/*.list, *.sources; a deb source of suite $RELEASE-security${codename:+ or $codename-security}): set PROVISIONER_DEBIAN_SECURITY to its URI" >&2; exit 1; }
+if [ "${1:-}" = --mirrors ]; then
+  printf 'archive %s\nsecurity %s\n' "$MIRROR" "$SECURITY"
+  exit 0
+fi
+
 export PATH="/usr/sbin:/usr/bin:$PATH" # Debian's docker client, the engine's own version
 export DOCKER_BUILDKIT=0               # the classic builder: docker.io ships no buildx
 eval "$(scripts/docker-engine.sh env)"
 work="$root/.state/standins"
 mkdir -p "$work"
-MIRROR="${PROVISIONER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-SECURITY="${PROVISIONER_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}"
 LABEL=org.choria-temporal.standin.inputs
 
 log() { printf '%s compose-images: %s\n' "$(date +%T)" "$*"; }
