@@ -27,6 +27,8 @@ type Activities struct {
 	runs    RunHistory
 	caller  rpcCaller
 	helpers *HelperSlots // nil: helper runs unbounded
+	// secrets seals the helper's private keys for history (nil: a helper key fails its host)
+	secrets *SecretBox
 	// refusals logs refused tasks once per reason and interval (nil: every one)
 	refusals *logging.Summary
 }

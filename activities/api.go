@@ -131,13 +131,15 @@ type HelperOutput struct {
 	Msg            string            `json:"msg"`
 	Certificate    string            `json:"certificate"`
 	CA             string            `json:"ca"`
-	Key            string            `json:"key"`
+	Key            string            `json:"key,omitempty"` // the helper contract's; emptied into SealedKey before it leaves the worker
 	SSLDir         string            `json:"ssldir"`
 	Configuration  map[string]string `json:"configuration"`
 	ServerClaims   *ServerClaims     `json:"server_claims"`
 	ActionPolicies map[string]string `json:"action_policies"`
 	OPAPolicies    map[string]string `json:"opa_policies"`
 	Upgrade        string            `json:"upgrade"`
+	// SealedKey is Key sealed under the worker's secrets key (RunHelper; never the helper's)
+	SealedKey *SealedSecret `json:"sealed_key,omitempty"`
 }
 
 // SignInput asks for a server JWT for a host's ed25519 public key.
@@ -158,7 +160,8 @@ type ConfigureInput struct {
 	Certificate    string            `json:"certificate,omitempty"`
 	CA             string            `json:"ca,omitempty"`
 	SSLDir         string            `json:"ssldir,omitempty"`
-	Key            string            `json:"key,omitempty"`         // the helper's private key, encrypted for transport by the activity
+	Key            string            `json:"key,omitempty"`         // a history recorded before SealedKey: the helper's private key
+	SealedKey      *SealedSecret     `json:"sealed_key,omitempty"`  // the helper's private key, sealed; encrypted for transport by the activity
 	ECDHPublic     string            `json:"ecdh_public,omitempty"` // the server's ecdh_public from the jwt step
 	ServerJWT      string            `json:"server_jwt,omitempty"`
 	ActionPolicies map[string]string `json:"action_policies,omitempty"`

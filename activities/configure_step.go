@@ -3,6 +3,8 @@ package activities
 import (
 	"context"
 	"encoding/json"
+
+	"go.temporal.io/sdk/activity"
 )
 
 // Configure sends the configuration with choria_provision#configure.
@@ -12,9 +14,15 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*Message
 		return nil, NewError(ErrTypeConfig, err.Error(), err)
 	}
 	var key, keyECDH string
-	if in.Key != "" {
+	plain := in.Key
+	if in.SealedKey != nil {
+		if plain, err = a.secrets.Open(activity.GetInfo(ctx).WorkflowExecution.ID, in.SealedKey); err != nil {
+			return nil, NewError(ErrTypeConfig, err.Error(), err)
+		}
+	}
+	if plain != "" {
 		// a fresh provisioner ECDH pair per attempt: the server's half changes with every jwt call
-		if key, keyECDH, err = EncryptKeyForServer(in.Key, in.ECDHPublic); err != nil {
+		if key, keyECDH, err = EncryptKeyForServer(plain, in.ECDHPublic); err != nil {
 			return nil, NewError(ErrTypeConfig, err.Error(), err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"go.temporal.io/sdk/activity"
 )
 
 // maxConfigurationJSON is the most the configure action accepts.
@@ -28,6 +30,13 @@ func (a *Activities) RunHelper(ctx context.Context, req HelperRequest) (*HelperO
 	if err != nil {
 		a.metrics.HelperErrors.WithLabelValues(a.set.Site).Inc()
 		return nil, NewError(ErrTypeHelper, err.Error(), err)
+	}
+	out.SealedKey = nil // the worker's to make: a helper's own could be another host's copy
+	if out.Key != "" {
+		if out.SealedKey, err = a.secrets.Seal(activity.GetInfo(ctx).WorkflowExecution.ID, out.Key); err != nil {
+			return nil, NewError(ErrTypeConfig, err.Error(), err)
+		}
+		out.Key = ""
 	}
 	if out.Shutdown {
 		a.metrics.ShutdownRequests.WithLabelValues(a.set.Site).Inc()

@@ -208,8 +208,8 @@ func (s *ProvisionSuite) TestADecisionAnotherRunReceivedIsTakenAgain() {
 		s.Equal(OutcomeShutdown, s.result().Outcome, step)
 		s.Equal(2, countOf(s.host.calls, activities.InventoryName), "%s: the host is read again", step)
 		s.Equal(2, countOf(s.host.calls, activities.RunHelperName), "%s: the helper is asked again", step)
-		s.Equal(map[string]int{activities.SignServerJWTName: 1, activities.ConfigureName: 0}[step],
-			countOf(s.host.calls, activities.ConfigureName), "%s: nothing is configured on the refused decision", step)
+		s.Equal(map[string]int{activities.SignServerJWTName: 0, activities.ConfigureName: 1}[step],
+			countOf(s.host.calls, activities.ConfigureName), "%s: the refused configure is the only one: nothing is sent on the refused decision", step)
 		s.NotContains(s.host.calls, activities.RestartName, step)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +168,17 @@ func TestIntegrationNoSecretsInHistoryOrLogs(t *testing.T) {
 				decoded.Write(out[0].GetData())
 			}
 			require.Contains(t, decoded.String(), "plugin.security.", "the codec key reads the history back")
+			if mode == devstack.ModePKI {
+				// what a viewer of the codec server can see is what the codec key decodes: the
+				// helper's keys are there sealed under the workers' own key, by fingerprint only
+				require.Contains(t, decoded.String(), `"sealed_key"`)
+				require.NotContains(t, decoded.String(), "PRIVATE KEY-----", "a viewer decodes no private key")
+				for name, secret := range e.secrets(e.stack.Fleet.Members) {
+					if strings.HasSuffix(name, "private key") {
+						require.NotContains(t, decoded.String(), secret, "%s decoded by the codec key", name)
+					}
+				}
+			}
 		})
 	}
 }
