@@ -301,8 +301,8 @@ func configureInput(identity string, f *facts, d *activities.HelperOutput) activ
 	if f.csr != nil && f.csr.SSLDir != "" {
 		conf.SSLDir = f.csr.SSLDir // where the server put its key: the certificate must go beside it
 	}
-	if d.Key != "" {
-		conf.Key, conf.ECDHPublic = d.Key, f.jwt.ECDHPublic
+	if d.SealedKey != nil || d.Key != "" { // Key: a history recorded before keys were sealed
+		conf.SealedKey, conf.Key, conf.ECDHPublic = d.SealedKey, d.Key, f.jwt.ECDHPublic
 	}
 	return conf
 }
