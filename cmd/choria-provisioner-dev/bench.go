@@ -55,8 +55,8 @@ func (b *benchCommand) register(app *fisk.Application) {
 	cmd.Flag("bracket", "Run this build again after the others on each scenario and compare the mean of its two runs (the machine drifts within an invocation)").UnNegatableBoolVar(&b.bracket)
 	cmd.Flag("rounds", "Run every build this many times on each scenario, in turns, and report medians and the range of this build's ratios (with --baseline-bin or --original-bin)").Default("1").IntVar(&b.rounds)
 	cmd.Flag("merge", "Merge the results of another invocation (its JSON file; repeatable) into --json and --markdown, and run nothing").StringsVar(&b.merge)
-	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("docs/performance-results.json").StringVar(&b.jsonFile)
-	cmd.Flag("markdown", "Markdown file whose generated sections (between their markers) are rewritten").Default("docs/performance.md").StringVar(&b.mdFile)
+	cmd.Flag("json", "Results file (merged by scenario and variant)").Default("bench-results/performance-results.json").StringVar(&b.jsonFile)
+	cmd.Flag("markdown", "Markdown file whose generated sections (between their markers) are rewritten").Default("bench-results/comparison.md").StringVar(&b.mdFile)
 }
 
 func (b *benchCommand) run(ctx context.Context) error {
