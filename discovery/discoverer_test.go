@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -45,41 +46,78 @@ func (c *sweepClock) count() int {
 	return len(c.at)
 }
 
+// gaps is the time between each sweep and the one before.
+func (c *sweepClock) gaps() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for i := 1; i < len(c.at); i++ {
+		out = append(out, c.at[i].Sub(c.at[i-1]))
+	}
+	return out
+}
+
+// The loop's tests run in a synctest bubble: its clock is the bubble's, which moves only when
+// every goroutine of the bubble is blocked, so time.Sleep there takes no wall time and
+// synctest.Wait is the moment the loop has done all it had to by then. A check that nothing
+// swept is exact, not a wall-clock bet on a machine fast enough.
+
 // The loop sweeps at start and then every interval; a sighting refused for rate brings the next
 // sweep forward to resweep after the last one, so that a refused real host is found soon, and
 // without refusals nothing sweeps early.
 func TestRefusalBringsTheNextSweepForward(t *testing.T) {
-	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents = time.Hour, true }, zap.NewNop())
-	clock := &sweepClock{}
-	d.sweep, d.resweep = clock.sweep, 100*time.Millisecond
-	defer runDiscoverer(t, d)()
+	synctest.Test(t, func(t *testing.T) {
+		d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents = time.Hour, true }, zap.NewNop())
+		clock := &sweepClock{}
+		d.sweep = clock.sweep
+		defer runDiscoverer(t, d)()
 
-	require.Eventually(t, func() bool { return clock.count() == 1 }, time.Second, 5*time.Millisecond, "no sweep at start")
-	time.Sleep(3 * d.resweep)
-	require.Equal(t, 1, clock.count(), "swept early without a refusal")
+		synctest.Wait()
+		require.Equal(t, 1, clock.count(), "no sweep at start")
+		time.Sleep(3 * d.resweep)
+		synctest.Wait()
+		require.Equal(t, 1, clock.count(), "swept early without a refusal")
 
-	d.gate.refuse(metrics.RefusedRate, "", nil)
-	require.Eventually(t, func() bool { return clock.count() == 2 }, 2*time.Second, 5*time.Millisecond, "a refusal did not bring the sweep forward")
-	clock.mu.Lock()
-	gap := clock.at[1].Sub(clock.at[0])
-	clock.mu.Unlock()
-	require.GreaterOrEqual(t, gap, d.resweep, "swept sooner than resweep after the last sweep")
+		// long after the last sweep, a refusal sweeps at once
+		d.gate.refuse(metrics.RefusedRate, "", nil)
+		synctest.Wait()
+		require.Equal(t, 2, clock.count(), "a refusal did not bring the sweep forward")
 
-	// a refusal only brings one sweep forward: the next is an interval later again
-	time.Sleep(3 * d.resweep)
-	require.Equal(t, 2, clock.count())
+		// right after one, resweep after it and not sooner
+		d.gate.refuse(metrics.RefusedRate, "", nil)
+		time.Sleep(d.resweep - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 2, clock.count(), "swept sooner than resweep after the last sweep")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 3, clock.count())
+
+		// a refusal only brings one sweep forward: the next is an interval later again
+		time.Sleep(d.opts.Interval - time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 3, clock.count())
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Equal(t, 4, clock.count())
+		require.Equal(t, []time.Duration{3 * d.resweep, d.resweep, d.opts.Interval}, clock.gaps())
+	})
 }
 
 // With broadcasts disabled nothing sweeps, refusals or not.
 func TestNoSweepWithBroadcastsDisabled(t *testing.T) {
-	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.DisableEvents, o.DisableBroadcasts = true, true }, zap.NewNop())
-	clock := &sweepClock{}
-	d.sweep, d.resweep = clock.sweep, 10*time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	go func() { time.Sleep(50 * time.Millisecond); d.gate.refuse(metrics.RefusedRate, "", nil) }()
-	require.NoError(t, d.Run(ctx))
-	require.Zero(t, clock.count())
+	synctest.Test(t, func(t *testing.T) {
+		d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.DisableEvents, o.DisableBroadcasts = true, true }, zap.NewNop())
+		clock := &sweepClock{}
+		d.sweep = clock.sweep
+		defer runDiscoverer(t, d)()
+		d.gate.refuse(metrics.RefusedRate, "", nil)
+		d.dropStale("echo.example")
+		time.Sleep(2 * d.opts.Interval) // past a resweep and an interval
+		synctest.Wait()
+		require.Empty(t, d.gate.resweep, "the loop took the refusal")
+		require.Empty(t, d.stale, "the loop took the stale sighting")
+		require.Zero(t, clock.count())
+	})
 }
 
 // pauseState is a PauseChecker that answers what it is told.
@@ -126,55 +164,64 @@ func TestUnreadablePauseStateHoldsNewHosts(t *testing.T) {
 // pause check that finds provisioning running, not an interval later; a sweep that ran is not
 // repeated by the checks.
 func TestMissedSweepRunsWhenProvisioningRuns(t *testing.T) {
-	state := &pauseState{err: errors.New("the first read is under way")}
-	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents, o.Pause = time.Hour, true, state }, zap.NewNop())
-	clock := &sweepClock{}
-	d.pauseEvery = 50 * time.Millisecond
-	d.sweep = func(ctx context.Context) (int, error) {
-		clock.sweep(ctx)
-		if d.paused(ctx) {
-			return d.Sweep(ctx) // returns before it needs a broker
+	synctest.Test(t, func(t *testing.T) {
+		state := &pauseState{err: errors.New("the first read is under way")}
+		d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents, o.Pause = time.Hour, true, state }, zap.NewNop())
+		clock := &sweepClock{}
+		d.sweep = func(ctx context.Context) (int, error) {
+			clock.sweep(ctx)
+			if d.paused(ctx) {
+				return d.Sweep(ctx) // returns before it needs a broker
+			}
+			d.missed.Store(false) // what a sweep that ran leaves
+			return 0, nil
 		}
-		d.missed.Store(false) // what a sweep that ran leaves
-		return 0, nil
-	}
-	defer runDiscoverer(t, d)()
+		defer runDiscoverer(t, d)()
 
-	require.Eventually(t, func() bool { return clock.count() == 1 }, time.Second, 5*time.Millisecond, "no sweep at start")
-	time.Sleep(4 * d.pauseEvery)
-	require.Equal(t, 1, clock.count(), "swept again while the pause state was unreadable")
-	require.True(t, d.missed.Load())
+		synctest.Wait()
+		require.Equal(t, 1, clock.count(), "no sweep at start")
+		time.Sleep(4 * d.pauseEvery)
+		synctest.Wait()
+		require.Equal(t, 1, clock.count(), "swept again while the pause state was unreadable")
+		require.True(t, d.missed.Load())
 
-	state.mu.Lock()
-	state.err, state.paused = nil, true
-	state.mu.Unlock()
-	time.Sleep(4 * d.pauseEvery)
-	require.Equal(t, 1, clock.count(), "swept again while paused")
+		state.mu.Lock()
+		state.err, state.paused = nil, true
+		state.mu.Unlock()
+		time.Sleep(4 * d.pauseEvery)
+		synctest.Wait()
+		require.Equal(t, 1, clock.count(), "swept again while paused")
 
-	// running again: the next check sweeps; that sweep ran, so the checks after it do not
-	state.mu.Lock()
-	state.paused = false
-	state.mu.Unlock()
-	require.Eventually(t, func() bool { return clock.count() == 2 }, time.Second, 5*time.Millisecond, "the missed sweep did not run once provisioning ran")
-	time.Sleep(4 * d.pauseEvery)
-	require.Equal(t, 2, clock.count())
+		// running again: the next check sweeps; that sweep ran, so the checks after it do not
+		state.mu.Lock()
+		state.paused = false
+		state.mu.Unlock()
+		time.Sleep(d.pauseEvery)
+		synctest.Wait()
+		require.Equal(t, 2, clock.count(), "the missed sweep did not run at the first check that found provisioning running")
+		time.Sleep(4 * d.pauseEvery)
+		synctest.Wait()
+		require.Equal(t, 2, clock.count())
+	})
 }
 
 // A stale sighting brings the next sweep forward, but at most one sweep between two others: in a
 // long burst every sweep sees echoes of hosts just restarted, and must not sweep every resweep.
 func TestStaleSightingsBringForwardOneSweep(t *testing.T) {
-	d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents = time.Second, true }, zap.NewNop())
-	clock := &sweepClock{}
-	d.resweep = 100 * time.Millisecond
-	d.sweep = func(ctx context.Context) (int, error) {
-		d.dropStale("echo.example") // every sweep sees an echo
-		return clock.sweep(ctx)
-	}
-	defer runDiscoverer(t, d)()
+	synctest.Test(t, func(t *testing.T) {
+		d, _ := newTestDiscovererWith(t, &recordingStarter{}, func(o *Options) { o.Interval, o.DisableEvents = time.Minute, true }, zap.NewNop())
+		clock := &sweepClock{}
+		d.sweep = func(ctx context.Context) (int, error) {
+			d.dropStale("echo.example") // every sweep sees an echo
+			return clock.sweep(ctx)
+		}
+		defer runDiscoverer(t, d)()
 
-	require.Eventually(t, func() bool { return clock.count() >= 2 }, 900*time.Millisecond, 5*time.Millisecond,
-		"a stale sighting did not bring the next sweep forward")
-	time.Sleep(2500 * time.Millisecond)
-	// 0, 0.1, 1.1, 1.2, 2.2, 2.3 s: two sweeps an interval, not one every 100 ms
-	require.LessOrEqual(t, clock.count(), 8, "stale sightings brought every sweep forward")
+		every, soon := d.opts.Interval, d.resweep
+		time.Sleep(2*every + 3*soon + soon/2)
+		synctest.Wait()
+		// at 0, soon, every+soon, every+2*soon, 2*every+2*soon, 2*every+3*soon: two sweeps an
+		// interval, not one every resweep
+		require.Equal(t, []time.Duration{soon, every, soon, every, soon}, clock.gaps(), "stale sightings brought every sweep forward")
+	})
 }

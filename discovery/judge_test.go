@@ -175,9 +175,10 @@ func TestSightingOfAFinishingRunWaitsForItsEnd(t *testing.T) {
 	} {
 		s := &recordingStarter{latest: c.info, pending: c.pending}
 		d, _ := newTestDiscoverer(t, s)
-		d.recheck = 10 * time.Millisecond
 		require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, now), name)
-		time.Sleep(50 * time.Millisecond)
+		// the settler is the only way to a start after Sighted returned: holding nothing, it
+		// starts nothing later
+		require.Zero(t, d.settle.size(), "%s: held for a later look", name)
 		require.Zero(t, s.started(), name)
 		require.Equal(t, 1, s.described, name)
 	}

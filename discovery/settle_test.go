@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -69,54 +70,72 @@ func (f *fleetStarter) counts(id string) (describes, starts int) {
 	return f.describes[workflows.WorkflowID(id)], f.starts[workflows.WorkflowID(id)]
 }
 
+// The settler's tests run in a synctest bubble (see the loop's): a recheck there takes no wall
+// time, and after synctest.Wait every look due by then has been made.
+
 // A host sighted again and again while its run is finishing is held once: one look per recheck,
 // not one per sighting, and one start when the run has closed.
 func TestSettleHoldsAHostOnce(t *testing.T) {
-	f := newFleetStarter(t)
-	d, _ := newTestDiscovererWith(t, f, nil, zap.NewNop())
-	d.recheck = 20 * time.Millisecond
-	for range 50 {
-		require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, time.Now()))
-	}
-	require.Equal(t, 1, d.settle.size())
-	time.Sleep(5 * d.recheck)
-	describes, starts := f.counts("n1")
-	require.Less(t, describes, 50+20, "the 50 sightings' own describes and a few looks at most")
-	require.Zero(t, starts)
-	f.close()
-	require.Eventually(t, func() bool { _, s := f.counts("n1"); return s == 1 }, 2*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool { return d.settle.size() == 0 }, time.Second, 5*time.Millisecond)
-	time.Sleep(3 * d.recheck)
-	_, starts = f.counts("n1")
-	require.Equal(t, 1, starts, "the sightings held once start once")
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleetStarter(t)
+		d, _ := newTestDiscovererWith(t, f, nil, zap.NewNop())
+		for range 50 {
+			require.NoError(t, d.Sighted(context.Background(), "n1", workflows.SourceDiscovery, time.Now()))
+		}
+		require.Equal(t, 1, d.settle.size())
+		time.Sleep(5*d.recheck + d.recheck/2)
+		synctest.Wait()
+		describes, starts := f.counts("n1")
+		require.Equal(t, 50+5, describes, "the 50 sightings' own describes and one look a recheck")
+		require.Zero(t, starts)
+
+		f.close()
+		time.Sleep(d.recheck)
+		synctest.Wait()
+		_, starts = f.counts("n1")
+		require.Equal(t, 1, starts, "the first look after the run closed starts the host")
+		require.Zero(t, d.settle.size())
+		time.Sleep(3 * d.recheck)
+		synctest.Wait()
+		describes, starts = f.counts("n1")
+		require.Equal(t, 1, starts, "the sightings held once start once")
+		require.Equal(t, 50+6, describes, "no look after the start")
+	})
 }
 
 // The settler holds at most its size; a sighting beyond it is refused and counted (the next
 // sweep finds the host), and however many hosts it holds, it runs one goroutine.
 func TestSettleIsBounded(t *testing.T) {
-	f := newFleetStarter(t)
-	d, m := newTestDiscovererWith(t, f, nil, zap.NewNop())
-	d.recheck = 10 * time.Millisecond
-	d.settle = newSettler(300)
-	before := runtime.NumGoroutine()
-	for i := range 400 {
-		require.NoError(t, d.Sighted(context.Background(), fmt.Sprintf("n%d", i), workflows.SourceDiscovery, time.Now()))
-	}
-	require.Equal(t, 300, d.settle.size())
-	require.Equal(t, 100.0, refused(m, metrics.RefusedFull))
-	require.LessOrEqual(t, runtime.NumGoroutine(), before+2, "a goroutine per held sighting")
+	synctest.Test(t, func(t *testing.T) {
+		f := newFleetStarter(t)
+		d, m := newTestDiscovererWith(t, f, nil, zap.NewNop())
+		d.settle = newSettler(300)
+		before := runtime.NumGoroutine()
+		for i := range 400 {
+			require.NoError(t, d.Sighted(context.Background(), fmt.Sprintf("n%d", i), workflows.SourceDiscovery, time.Now()))
+		}
+		require.Equal(t, 300, d.settle.size())
+		require.Equal(t, 100.0, refused(m, metrics.RefusedFull))
+		// LessOrEqual: a goroutine another test left may end meanwhile, outside the bubble
+		require.LessOrEqual(t, runtime.NumGoroutine(), before+1, "one goroutine, not one per held sighting")
 
-	f.close()
-	require.Eventually(t, func() bool { return d.settle.size() == 0 }, 5*time.Second, 10*time.Millisecond)
-	// the goroutine ends when nothing is held
-	for deadline := time.Now().Add(time.Second); runtime.NumGoroutine() > before && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	require.LessOrEqual(t, runtime.NumGoroutine(), before, "the settler's goroutine outlived what it held")
-	_, starts := f.counts("n0")
-	require.Equal(t, 1, starts)
-	_, starts = f.counts("n399")
-	require.Zero(t, starts, "refused, not held")
+		f.close()
+		time.Sleep(d.recheck)
+		synctest.Wait()
+		require.Zero(t, d.settle.size(), "one look at each after the run closed")
+		// the goroutine ends at the next look, which finds nothing held
+		time.Sleep(d.recheck)
+		synctest.Wait()
+		d.settle.mu.Lock()
+		running := d.settle.running
+		d.settle.mu.Unlock()
+		require.False(t, running, "the settler's goroutine outlived what it held")
+		require.LessOrEqual(t, runtime.NumGoroutine(), before)
+		_, starts := f.counts("n0")
+		require.Equal(t, 1, starts)
+		_, starts = f.counts("n399")
+		require.Zero(t, starts, "refused, not held")
+	})
 }
 
 // A held sighting whose context ends is let go without a start.
