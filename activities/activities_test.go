@@ -121,14 +121,27 @@ func (silentCaller) call(ctx context.Context, _, _, _ string, _ map[string]any) 
 	return nil, nil
 }
 
+// waitingCaller is a silentCaller that says when a request waits for its reply.
+type waitingCaller struct{ asked chan struct{} }
+
+func (c waitingCaller) call(ctx context.Context, _, _, _ string, _ map[string]any) ([]*rpcReply, error) {
+	select {
+	case c.asked <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, nil
+}
+
 // An activity cancelled (or timed out) while its request waited is not the host's silence: it
 // must not be a NoReply, which the workflow reads as a restarting or vanished host.
 func TestCancelledRPCIsNotNoReply(t *testing.T) {
 	m, err := metrics.New(prometheus.NewRegistry(), "lab")
 	require.NoError(t, err)
-	a := &Activities{set: Settings{RPCTimeout: time.Minute}, fw: &fakeConn{up: true}, caller: silentCaller{}, metrics: m, log: zap.NewNop()}
+	waiting := waitingCaller{make(chan struct{}, 1)}
+	a := &Activities{set: Settings{RPCTimeout: time.Minute}, fw: &fakeConn{up: true}, caller: waiting, metrics: m, log: zap.NewNop()}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	go func() { <-waiting.asked; cancel() }() // cancelled once the request waits, not before it was sent
 	_, err = a.rpc(ctx, "n1", "choria_provision", "restart", time.Minute, nil)
 	require.Error(t, err)
 	require.False(t, IsNoReply(err), "%v", err)
