@@ -128,11 +128,11 @@ type PauseChecker interface {
 
 // Options configure a Discoverer.
 type Options struct {
-	Interval          time.Duration     // between sweeps, and between summaries of what was refused
-	DiscoveryTimeout  time.Duration     // how long a sweep listens for replies
-	Component         string            // lifecycle component of servers in provisioning mode
-	Start             workflows.Starter // task queue, site and fast mode of the runs it starts
-	StartConcurrency  int               // start calls in flight during a sweep, and for events
+	Interval          time.Duration    // between sweeps, and between summaries of what was refused
+	DiscoveryTimeout  time.Duration    // how long a sweep listens for replies
+	Component         string           // lifecycle component of servers in provisioning mode
+	Start             hostruns.Starter // task queue, site and fast mode of the runs it starts
+	StartConcurrency  int              // start calls in flight during a sweep, and for events
 	DisableEvents     bool
 	DisableBroadcasts bool
 	Pause             PauseChecker // nil: never paused

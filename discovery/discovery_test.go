@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -142,7 +143,7 @@ func newTestDiscovererWith(t *testing.T, s Starter, change func(*Options), log *
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry(), "lab")
 	require.NoError(t, err)
-	o := Options{Interval: time.Minute, Component: "provision_mode_server", Start: workflows.Starter{TaskQueue: "tq", Site: "lab"}}
+	o := Options{Interval: time.Minute, Component: "provision_mode_server", Start: hostruns.Starter{TaskQueue: "tq", Site: "lab"}}
 	if change != nil {
 		change(&o)
 	}

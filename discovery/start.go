@@ -15,7 +15,7 @@ import (
 // start hands a sighting to Temporal: a new run of the host's workflow, or nothing when one is
 // open (a signal would cost the open run a history event and a workflow task, and tell it
 // nothing). It is the one place discovery starts a run, with the start options every starter
-// shares (workflows.Starter.Options).
+// shares (hostruns.Starter.Options).
 func (d *Discoverer) start(ctx context.Context, identity, source string, seenAt time.Time) error {
 	return d.startWith(ctx, identity, source, seenAt, enumspb.WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -25,7 +26,7 @@ func TestEventBecomesSignalWithStart(t *testing.T) {
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, s.calls[0].WorkflowIDConflictPolicy, "an open run is left alone")
 	require.Equal(t, "n1.example", s.args[0].Identity)
 	require.Equal(t, workflows.SourceEvent, s.args[0].Source)
-	require.Equal(t, workflows.Summary("n1.example", "lab", workflows.SourceEvent), s.calls[0].StaticSummary)
+	require.Equal(t, hostruns.Summary("n1.example", "lab", workflows.SourceEvent), s.calls[0].StaticSummary)
 	require.Equal(t, 1.0, testutil.ToFloat64(m.EventDiscovered.WithLabelValues("lab")))
 }
 
@@ -55,7 +56,7 @@ func TestFastModeRunsGetALongerTaskTimeout(t *testing.T) {
 	require.NoError(t, d.Sighted(context.Background(), "n2", workflows.SourceEvent, time.Now()))
 	require.Len(t, s.calls, 2)
 	require.Zero(t, s.calls[0].WorkflowTaskTimeout)
-	require.Equal(t, workflows.FastModeTaskTimeout, s.calls[1].WorkflowTaskTimeout)
+	require.Equal(t, hostruns.FastModeTaskTimeout, s.calls[1].WorkflowTaskTimeout)
 }
 
 func TestStartFailureIsReturned(t *testing.T) {

@@ -213,7 +213,7 @@ func (o *openRuns) absorbs(ctx context.Context, identity string) bool {
 func AbsorbingRuns(ctx context.Context, l Lister, taskQueue string) (map[string]struct{}, error) {
 	ids := map[string]struct{}{}
 	tooMany := false
-	query := workflows.HostsQuery{TaskQueue: taskQueue, Running: true}.String()
+	query := hostruns.HostsQuery{TaskQueue: taskQueue, Running: true}.String()
 	err := hostruns.Each(ctx, l, query, func(r hostruns.Run) bool {
 		if !r.Running() || !r.Ours(taskQueue) || mayBeFinishing(r) {
 			return true

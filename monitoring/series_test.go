@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/internal/metrics/sdkmetrics"
 )
 
 // series are the names /metrics can serve, each with the label names its samples may carry.
@@ -40,7 +41,7 @@ func exportedSeries(t *testing.T) series {
 	m, err := metrics.New(reg, "dc1")
 	require.NoError(t, err)
 	touchVectors(t, m)
-	h, stop, err := metrics.TemporalHandler(reg, zap.NewNop())
+	h, stop, err := sdkmetrics.Handler(reg, zap.NewNop())
 	require.NoError(t, err)
 	defer stop()
 	sdk := sdkMetrics(t)

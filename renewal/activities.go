@@ -12,15 +12,15 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/operator"
-	"github.com/choria-temporal/provisioner/workflows"
 )
 
 // Activities are the renewal run's steps, with the long-lived dependencies they share.
 type Activities struct {
 	temporal client.Client
-	starter  workflows.Starter // how a renewed host's run is started (task queue, site)
+	starter  hostruns.Starter // how a renewed host's run is started (task queue, site)
 	// reprovision asks one provisioned server to re-enter provisioning mode
 	reprovision func(ctx context.Context, identity string) error
 	renewals    *prometheus.CounterVec // choria_provisioner_renewals_total{site,outcome}
@@ -30,7 +30,7 @@ type Activities struct {
 // Deps are what NewActivities needs from the worker's process.
 type Deps struct {
 	Temporal client.Client
-	Starter  workflows.Starter
+	Starter  hostruns.Starter
 	// Fleet is a Choria client that reaches provisioned servers (renewal.choria_config)
 	Fleet      inter.Framework
 	Token      string        // the provisioning token the servers expect

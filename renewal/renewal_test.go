@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -81,7 +82,7 @@ func newHarness(t *testing.T, p Policy, found FindResult, replies map[string]err
 	h := &harness{temporal: &fakeTemporal{}, fleet: &fleet{replies: replies, asked: map[string]int{}}, found: found,
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "choria_provisioner_renewals_total"}, []string{"site", "outcome"})}
 	h.env = h.NewTestWorkflowEnvironment()
-	a := NewActivities(Deps{Temporal: h.temporal, Starter: workflows.Starter{TaskQueue: testQueue, Site: "lab"}, Renewals: h.renewals, Log: zap.NewNop()})
+	a := NewActivities(Deps{Temporal: h.temporal, Starter: hostruns.Starter{TaskQueue: testQueue, Site: "lab"}, Renewals: h.renewals, Log: zap.NewNop()})
 	a.reprovision = h.fleet.reprovision
 	Workflow{Policy: p}.Register(h.env)
 	a.Register(h.env)
@@ -217,7 +218,7 @@ func TestForeignTaskRefused(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestActivityEnvironment()
 	f := &fleet{asked: map[string]int{}}
-	a := NewActivities(Deps{Temporal: &fakeTemporal{}, Starter: workflows.Starter{TaskQueue: "ours", Site: "lab"},
+	a := NewActivities(Deps{Temporal: &fakeTemporal{}, Starter: hostruns.Starter{TaskQueue: "ours", Site: "lab"},
 		Renewals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"site", "outcome"}), Log: zap.NewNop()})
 	a.reprovision = f.reprovision
 	a.Register(env)

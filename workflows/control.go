@@ -1,8 +1,40 @@
 package workflows
 
 import (
+	"time"
+
 	"go.temporal.io/sdk/workflow"
 )
+
+// ControlWorkflowName is the fleet-wide control workflow: one per task queue, it holds whether
+// provisioning is paused, so discovery (in every replica) and the operator CLI agree.
+const ControlWorkflowName = "ProvisionerControl"
+
+// ControlStateQuery returns a ControlState.
+const ControlStateQuery = "state"
+
+// ControlWorkflowID is the control workflow of a task queue.
+func ControlWorkflowID(taskQueue string) string { return "provisioner-control:" + taskQueue }
+
+// ControlRequest is the payload of PauseSignal and ResumeSignal, to the control workflow and to
+// the running hosts alike: sealed for the control scope of its task queue (ControlWorkflowID), it
+// says what it is for (Action, TaskQueue) and when it was made, so that a request copied out of a
+// history serves no other purpose, queue or time (ControlSignals).
+type ControlRequest struct {
+	Action    string    `json:"action"`     // PauseSignal or ResumeSignal
+	TaskQueue string    `json:"task_queue"` // the control scope
+	By        string    `json:"by,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// ControlState is the fleet-wide state.
+type ControlState struct {
+	Paused bool      `json:"paused"`
+	Since  time.Time `json:"since,omitempty"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+}
 
 // controlContinueAfter bounds the control workflow's history: it continues as new after this many
 // pause and resume requests.

@@ -9,7 +9,6 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/workflow"
 )
 
@@ -60,9 +59,10 @@ func (e *RefusedSignalError) Error() string {
 func (e *RefusedSignalError) Unwrap() error        { return e.Err }
 func (e *RefusedSignalError) Is(target error) bool { return target == ErrRefusedSignal }
 
-// ControlSignals is the worker interceptor that admits pause and resume signals to host runs and
-// to the control workflow. It reads each signal's payload as it arrived, before any workflow code
-// decodes it, and delivers on ControlRequestChannel only a ControlRequest that
+// ControlSignals is the gate that admits pause and resume signals to host runs and to the control
+// workflow; the worker runs it as an interceptor (signalgate.Interceptor(ControlSignals(...).Watch)).
+// It reads each signal's payload as it arrived, before any workflow code decodes it, and delivers
+// on ControlRequestChannel only a ControlRequest that
 //   - is sealed with dc (the worker's codec: its keys, strictly) for the control scope of the
 //     run's own task queue, ControlWorkflowID(queue): the operator's SignalWithStart seals for it
 //     (the control workflow's ID) and so does the batch that signals the running hosts;
@@ -73,67 +73,71 @@ func (e *RefusedSignalError) Is(target error) bool { return target == ErrRefused
 // Everything else is dropped and reported to refused once (not again on a replay). A refusal
 // costs one workflow task and no command, so a hostile signal can neither change the state nor
 // fail the task, and the run's behaviour replays the same from its history.
-func ControlSignals(dc converter.DataConverter, refused func(*RefusedSignalError)) interceptor.WorkerInterceptor {
-	return &controlSignals{dc: dc, refused: refused}
+func ControlSignals(dc converter.DataConverter, refused func(*RefusedSignalError)) *SignalGate {
+	return &SignalGate{dc: dc, refused: refused}
 }
 
-type controlSignals struct {
-	interceptor.WorkerInterceptorBase
+// SignalGate is ControlSignals: the worker's codec and where refusals go.
+type SignalGate struct {
 	dc      converter.DataConverter
 	refused func(*RefusedSignalError)
 }
 
-func (c *controlSignals) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
-	switch workflow.GetInfo(ctx).WorkflowType.Name {
+// Watch is the gate's side of a new run of workflowType: the host's and the control workflow's
+// runs are gated, any other is left alone.
+func (g *SignalGate) Watch(workflowType string) (*ControlRun, bool) {
+	switch workflowType {
 	case WorkflowName, ControlWorkflowName:
-		return &controlSignalsInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, c: c}
+		return &ControlRun{g: g}, true
 	}
-	return next
+	return nil, false
 }
 
-type controlSignalsInbound struct {
-	interceptor.WorkflowInboundInterceptorBase
-	c *controlSignals
+// ControlRun is the gate of one run: the requests it admitted, and when the last one was made.
+type ControlRun struct {
+	g *SignalGate
 	// last is when the last request this run accepted was made
 	last time.Time
 	ch   workflow.Channel
 }
 
-func (i *controlSignalsInbound) HandleSignal(ctx workflow.Context, in *interceptor.HandleSignalInput) error {
-	switch in.SignalName {
+// HandleSignal takes the pause and resume signals (and any signal named as the internal channel)
+// and leaves every other signal to the run.
+func (i *ControlRun) HandleSignal(ctx workflow.Context, signal string, arg *commonpb.Payloads) bool {
+	switch signal {
 	case PauseSignal, ResumeSignal, ControlRequestChannel:
 	default:
-		return i.Next.HandleSignal(ctx, in)
+		return false
 	}
-	req, reason, err := i.admit(in.SignalName, workflow.GetInfo(ctx).TaskQueueName, in.Arg)
+	req, reason, err := i.admit(signal, workflow.GetInfo(ctx).TaskQueueName, arg)
 	if err != nil {
-		i.refuse(ctx, reason, in.SignalName, err)
-		return nil // dropped: failing the task would let any sender wedge the run
+		i.refuse(ctx, reason, signal, err)
+		return true // dropped
 	}
 	if !i.requests(ctx).SendAsync(req) {
 		// copies of a sealed request sent faster than the run reads them: the run heeds one
-		i.refuse(ctx, SignalStale, in.SignalName, fmt.Errorf("%d verified requests wait unread", controlRequestsSize))
+		i.refuse(ctx, SignalStale, signal, fmt.Errorf("%d verified requests wait unread", controlRequestsSize))
 	}
-	return nil
+	return true
 }
 
 // refuse reports a refused signal once: not again when the run replays.
-func (i *controlSignalsInbound) refuse(ctx workflow.Context, reason, signal string, err error) {
-	if !workflow.IsReplaying(ctx) && i.c.refused != nil {
-		i.c.refused(&RefusedSignalError{Reason: reason, Signal: signal, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Err: err})
+func (i *ControlRun) refuse(ctx workflow.Context, reason, signal string, err error) {
+	if !workflow.IsReplaying(ctx) && i.g.refused != nil {
+		i.g.refused(&RefusedSignalError{Reason: reason, Signal: signal, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Err: err})
 	}
 }
 
-// ExecuteWorkflow hands the run its reader of verified requests, in its context.
-func (i *controlSignalsInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+// Execute hands the run its reader of verified requests, in its context.
+func (i *ControlRun) Execute(ctx workflow.Context) workflow.Context {
 	i.requests(ctx)
-	return i.Next.ExecuteWorkflow(workflow.WithValue(ctx, controlRequestsKey{}, i), in)
+	return workflow.WithValue(ctx, controlRequestsKey{}, i)
 }
 
 // requests is the run's channel of verified requests. A signal may come before the run's code
 // first runs (SignalWithStart), and the SDK handles it outside the run's coroutines, where a
-// signal channel cannot be asked for: so the channel is the interceptor's, made on first use.
-func (i *controlSignalsInbound) requests(ctx workflow.Context) workflow.Channel {
+// signal channel cannot be asked for: so the channel is the gate's, made on first use.
+func (i *ControlRun) requests(ctx workflow.Context) workflow.Channel {
 	if i.ch == nil {
 		i.ch = workflow.NewNamedBufferedChannel(ctx, ControlRequestChannel, controlRequestsSize)
 	}
@@ -148,14 +152,14 @@ type controlRequestsKey struct{}
 
 // requestReader is how a run reads the pause and resume requests ControlSignals verified.
 type requestReader struct {
-	in *controlSignalsInbound // nil: the worker does not verify them (no ControlSignals)
+	in *ControlRun // nil: the worker does not verify them (no ControlSignals)
 	ch workflow.ReceiveChannel
 }
 
 // controlRequests is the reader of the run in ctx: one that never receives when the worker does
 // not verify the requests, so that no signal reaches the run.
 func controlRequests(ctx workflow.Context) requestReader {
-	if in, ok := ctx.Value(controlRequestsKey{}).(*controlSignalsInbound); ok {
+	if in, ok := ctx.Value(controlRequestsKey{}).(*ControlRun); ok {
 		return requestReader{in: in, ch: in.ch}
 	}
 	return requestReader{ch: workflow.NewChannel(ctx)}
@@ -198,7 +202,7 @@ func (r requestReader) timely(ctx workflow.Context, req ControlRequest) bool {
 }
 
 // admit checks one pause or resume signal; it returns the request or why it is refused.
-func (i *controlSignalsInbound) admit(signal, queue string, arg *commonpb.Payloads) (ControlRequest, string, error) {
+func (i *ControlRun) admit(signal, queue string, arg *commonpb.Payloads) (ControlRequest, string, error) {
 	var req ControlRequest
 	if signal == ControlRequestChannel {
 		return req, SignalMisdirected, errors.New("the channel of verified requests takes no signal")
@@ -209,7 +213,7 @@ func (i *controlSignalsInbound) admit(signal, queue string, arg *commonpb.Payloa
 	if len(arg.GetPayloads()) != 1 {
 		return req, SignalMalformed, fmt.Errorf("the signal carries %d payloads, not one request", len(arg.GetPayloads()))
 	}
-	scope := converter.WithDataConverterSerializationContext(i.c.dc,
+	scope := converter.WithDataConverterSerializationContext(i.g.dc,
 		converter.WorkflowSerializationContext{WorkflowID: ControlWorkflowID(queue)})
 	var raw json.RawMessage
 	if err := scope.FromPayloads(arg, &raw); err != nil {
@@ -236,7 +240,7 @@ func (i *controlSignalsInbound) admit(signal, queue string, arg *commonpb.Payloa
 
 // timely checks when req was made against now, the time of the workflow task that reads it (a
 // signal is handled before its task's time is known, so this waits for the run to read it).
-func (i *controlSignalsInbound) timely(req ControlRequest, now time.Time) error {
+func (i *ControlRun) timely(req ControlRequest, now time.Time) error {
 	switch {
 	case req.At.Before(now.Add(-ControlRequestMaxAge)):
 		return fmt.Errorf("the request was made at %s, more than %s before %s", req.At.UTC().Format(time.RFC3339), ControlRequestMaxAge, now.UTC().Format(time.RFC3339))

@@ -10,6 +10,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/choria-temporal/provisioner/internal/signalgate"
 )
 
 // testQueue is the task queue of the SDK's test environment.
@@ -18,12 +20,12 @@ const testQueue = "default-test-taskqueue"
 // admitControlSignals registers ControlSignals as a plaintext worker has it (the test
 // environment has no codec), recording its refusals in refused (may be nil).
 func admitControlSignals(env *testsuite.TestWorkflowEnvironment, refused *[]*RefusedSignalError) {
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{ControlSignals(converter.GetDefaultDataConverter(),
-		func(e *RefusedSignalError) {
-			if refused != nil {
-				*refused = append(*refused, e)
-			}
-		})}})
+	gate := ControlSignals(converter.GetDefaultDataConverter(), func(e *RefusedSignalError) {
+		if refused != nil {
+			*refused = append(*refused, e)
+		}
+	})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{signalgate.Interceptor(gate.Watch)}})
 }
 
 // stateAfterAMinute queries the control workflow's state a minute in and ends it; the returned

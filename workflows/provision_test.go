@@ -239,7 +239,7 @@ func (s *ProvisionSuite) SetupTest() {
 }
 
 // testStarter starts the suite's runs as discovery and the operator CLI start theirs.
-var testStarter = Starter{TaskQueue: "choria-provisioner", Site: "lab"}
+var testStarter = starter{TaskQueue: "choria-provisioner", Site: "lab"}
 
 // startWith makes the next execute start its run with o, as Temporal starts a run a starter
 // asked for: the test environment takes the ID and the task queue from the options, and the

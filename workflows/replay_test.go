@@ -13,6 +13,8 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/choria-temporal/provisioner/internal/signalgate"
 )
 
 // Histories recorded from real runs of the current workflow (internal/integration,
@@ -33,7 +35,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		hist := readHistory(t, f)
 		// as a worker verifies pause and resume requests (the recorded payloads are decoded)
 		r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
-			Interceptors: []interceptor.WorkerInterceptor{ControlSignals(converter.GetDefaultDataConverter(), nil)}})
+			Interceptors: []interceptor.WorkerInterceptor{signalgate.Interceptor(ControlSignals(converter.GetDefaultDataConverter(), nil).Watch)}})
 		require.NoError(t, err)
 		Register(r, Policy{})
 		require.NoError(t, r.ReplayWorkflowHistoryWithOptions(nil, hist, worker.ReplayWorkflowHistoryOptions{

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -267,7 +268,7 @@ func (cc *Client) signalRunning(ctx context.Context, signal string, req workflow
 	}
 	start := &workflowservice.StartBatchOperationRequest{
 		Namespace: cc.namespace, JobId: jobID, Reason: fmt.Sprintf("hosts %s by %s: %s", signal, req.By, req.Reason),
-		VisibilityQuery: workflows.HostsQuery{TaskQueue: cc.taskQueue, Running: true}.String(),
+		VisibilityQuery: hostruns.HostsQuery{TaskQueue: cc.taskQueue, Running: true}.String(),
 		Operation: &workflowservice.StartBatchOperationRequest_SignalOperation{
 			SignalOperation: &batchpb.BatchOperationSignal{Signal: signal, Input: input, Identity: req.By}},
 	}

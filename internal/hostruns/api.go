@@ -1,7 +1,9 @@
-// Package hostruns is the one way the provisioner reads host runs from Temporal's visibility
-// store: the paged listing, the decoding of a run's search attributes, whether a run is ours,
-// and which run of a host is its latest. Discovery (the sweep and the judge), the operator CLI
-// and preflight list through it.
+// Package hostruns is the client's side of the host runs' contract (package workflows holds the
+// workflow's side, and no client code): how a run is started (start.go), the visibility queries
+// that select runs (query.go), and the one way the provisioner reads them back (hostruns.go: the
+// paged listing, the decoding of a run's search attributes, whether a run is ours, which run of a
+// host is its latest; identities.go: the identities hosts hold). Discovery, renewal, the operator
+// CLI, the audit and preflight start and list through it.
 package hostruns
 
 import (

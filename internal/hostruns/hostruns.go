@@ -152,18 +152,3 @@ func LatestOf(ctx context.Context, l Lister, ids []string) (map[string]Latest, e
 	}
 	return out, nil
 }
-
-// IDsQuery selects every run of the workflow IDs.
-func IDsQuery(ids []string) (string, error) {
-	quoted := make([]string, len(ids))
-	for i, id := range ids {
-		if !Quotable(id) {
-			return "", fmt.Errorf("workflow ID %q cannot be quoted in a visibility query", id)
-		}
-		quoted[i] = "'" + id + "'"
-	}
-	return "WorkflowId IN (" + strings.Join(quoted, ", ") + ")", nil
-}
-
-// Quotable says whether a workflow ID can be put in a visibility query's quotes as it is.
-func Quotable(id string) bool { return id != "" && !strings.ContainsAny(id, `'"\`) }

@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -42,7 +43,7 @@ printf '%%s' "$input" | %[2]s
 	e.replica("replica-a", service.Options{Worker: true})
 	m := e.stack.Fleet.Members[0]
 	in := workflows.ProvisionInput{Identity: m.Identity, Source: workflows.SourceOperator}
-	starter := workflows.Starter{TaskQueue: e.cfg.Temporal.TaskQueue, Site: e.cfg.Site}
+	starter := hostruns.Starter{TaskQueue: e.cfg.Temporal.TaskQueue, Site: e.cfg.Site}
 	first, err := e.client.ExecuteWorkflow(context.Background(), starter.Options(in), workflows.WorkflowName, in)
 	require.NoError(t, err)
 

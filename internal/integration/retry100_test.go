@@ -16,6 +16,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -42,7 +43,7 @@ func TestIntegrationRetryFailedHundredHosts(t *testing.T) {
 	broken.Store(true)
 	w := worker.New(tc, queue, worker.Options{})
 	workflows.Register(w, workflows.Policy{Site: "bench"})
-	starter := workflows.Starter{TaskQueue: queue, Site: "bench"}
+	starter := hostruns.Starter{TaskQueue: queue, Site: "bench"}
 	// stand-ins answer as the activities' wrapper does: each reply and failure sealed for its request
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.HostInput) (*activities.InventoryResult, error) {
 		if broken.Load() {

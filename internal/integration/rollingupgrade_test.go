@@ -17,6 +17,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/fleetsim"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -252,7 +253,7 @@ func (e *env) waitCurrent(rep *replicaProc, build string) time.Duration {
 // waitNoneRunning waits until no host run on the test's task queue is open.
 func (e *env) waitNoneRunning() {
 	e.t.Helper()
-	q := workflows.HostsQuery{TaskQueue: e.cfg.Temporal.TaskQueue, Running: true}.String()
+	q := hostruns.HostsQuery{TaskQueue: e.cfg.Temporal.TaskQueue, Running: true}.String()
 	require.Eventually(e.t, func() bool {
 		resp, err := e.client.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{Query: q})
 		return err == nil && resp.GetCount() == 0
@@ -279,7 +280,7 @@ func (e *env) upgradeReport(procs []*replicaProc, oldBuild, newBuild string) upg
 	var token []byte
 	for {
 		resp, err := e.client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
-			Query: workflows.HostsQuery{TaskQueue: e.cfg.Temporal.TaskQueue}.String(), PageSize: 1000, NextPageToken: token})
+			Query: hostruns.HostsQuery{TaskQueue: e.cfg.Temporal.TaskQueue}.String(), PageSize: 1000, NextPageToken: token})
 		require.NoError(e.t, err)
 		for _, ex := range resp.Executions {
 			r.add(ex.GetExecution().GetWorkflowId(), e.runHistory(ex.GetExecution().GetWorkflowId(), ex.GetExecution().GetRunId()), oldBuild, newBuild)

@@ -7,7 +7,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/internal/metrics/sdkmetrics"
 )
 
 // The Temporal SDK's own signals are on the provisioner's registry beside the
@@ -48,7 +48,7 @@ func TestIntegrationTemporalSDKMetrics(t *testing.T) {
 	// a local activity in the helper's task); at least one workflow task each
 	act := histogram("temporal_activity_schedule_to_start_latency_seconds")
 	require.GreaterOrEqual(t, act.GetSampleCount(), uint64(5*6), "activities of 5 hosts")
-	require.Len(t, act.GetBucket(), len(metrics.LatencyBuckets), "latency buckets in seconds")
+	require.Len(t, act.GetBucket(), len(sdkmetrics.LatencyBuckets), "latency buckets in seconds")
 	require.Greater(t, histogram("temporal_workflow_task_schedule_to_start_latency_seconds").GetSampleCount(), uint64(5))
 	require.Greater(t, histogram("temporal_workflow_task_execution_latency_seconds").GetSampleCount(), uint64(5))
 	require.GreaterOrEqual(t, histogram("temporal_activity_execution_latency_seconds").GetSampleCount(), uint64(5*6))

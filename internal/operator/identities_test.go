@@ -10,6 +10,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -40,7 +41,7 @@ func TestExpiringListsTheCurrentIdentitiesSoonestFirst(t *testing.T) {
 		var t time.Time
 		return exp != nil && converter.GetDefaultDataConverter().FromPayload(exp, &t) == nil && t.Before(now.Add(30*24*time.Hour))
 	}}
-	op := &Operator{C: fv, TaskQueue: "tq", Starter: workflows.Starter{Site: "dc1"}, Now: func() time.Time { return now }}
+	op := &Operator{C: fv, TaskQueue: "tq", Starter: hostruns.Starter{Site: "dc1"}, Now: func() time.Time { return now }}
 	hosts, err := op.Expiring(context.Background(), ExpiringFilter{Within: 30 * 24 * time.Hour})
 	require.NoError(t, err)
 	query := fv.queries[0]

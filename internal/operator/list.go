@@ -29,7 +29,7 @@ const failedStatuses = "ExecutionStatus IN ('Failed', 'TimedOut', 'Terminated', 
 // what `temporal workflow list --query` takes too. A run it selects is a host's only when it is
 // the host's latest run, which List confirms.
 func (o *Operator) Query(f Filter) string {
-	q := workflows.HostsQuery{TaskQueue: o.TaskQueue, Step: f.Step, Site: f.Site}
+	q := hostruns.HostsQuery{TaskQueue: o.TaskQueue, Step: f.Step, Site: f.Site}
 	switch f.Outcome {
 	case "":
 	case workflows.OutcomeFailed:

@@ -105,7 +105,7 @@ func TestFailedHostsAreTheFailedLatestRuns(t *testing.T) {
 		"alone:failed", // alone's earlier failure
 		"fine:completed",
 	)}
-	o := &Operator{C: fv, TaskQueue: "tq", Starter: workflows.Starter{TaskQueue: "tq"}}
+	o := &Operator{C: fv, TaskQueue: "tq", Starter: hostruns.Starter{TaskQueue: "tq"}}
 	hosts, err := o.List(context.Background(), Filter{Outcome: workflows.OutcomeFailed})
 	require.NoError(t, err)
 	require.Len(t, hosts, 1)
@@ -267,7 +267,7 @@ func TestFailedHostsReasonFromVisibility(t *testing.T) {
 		runs[0].SearchAttributes.IndexedFields[kv[0]] = p
 	}
 	c := &countingHistory{fakeVisibility: &fakeVisibility{candidate: failedOfOurs, runs: runs}}
-	o := &Operator{C: c, TaskQueue: "tq", Starter: workflows.Starter{TaskQueue: "tq"}}
+	o := &Operator{C: c, TaskQueue: "tq", Starter: hostruns.Starter{TaskQueue: "tq"}}
 	l, err := o.ListPage(context.Background(), Filter{Outcome: workflows.OutcomeFailed}, Page{})
 	require.NoError(t, err)
 	require.Len(t, l.Hosts, 2)

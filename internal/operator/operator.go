@@ -38,7 +38,7 @@ var (
 type Operator struct {
 	C         client.Client
 	DC        converter.DataConverter
-	Starter   workflows.Starter // how a retry starts a host's new run
+	Starter   hostruns.Starter // how a retry starts a host's new run
 	TaskQueue string
 	Namespace string // empty: Temporal's default namespace
 	// StartRate paces a bulk retry's starts, a second (new_hosts_rate: a retry adds to the

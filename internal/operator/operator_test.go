@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/choria-temporal/provisioner/internal/codec"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -50,7 +51,7 @@ func (f *fakeClient) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOp
 // attributes and summary as discovery's), narrowed to a host whose latest run failed.
 func TestRetryStartsWithTheStartersOptionsNarrowed(t *testing.T) {
 	fc := &fakeClient{status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED}
-	st := workflows.Starter{TaskQueue: "tq", Site: "lab"}
+	st := hostruns.Starter{TaskQueue: "tq", Site: "lab"}
 	o := &Operator{C: fc, Starter: st, TaskQueue: "tq"}
 	require.NoError(t, o.Retry(context.Background(), "n1.example"))
 	require.Len(t, fc.starts, 1)

@@ -140,7 +140,7 @@ func (r *runner) checkSearchAttributes(ctx context.Context, cfg *config.Config, 
 func (r *runner) checkCodecMatches(ctx context.Context, cfg *config.Config, tc client.Client, cd *codec.Codec) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
-	q := workflows.HostsQuery{TaskQueue: cfg.Temporal.TaskQueue}.String()
+	q := hostruns.HostsQuery{TaskQueue: cfg.Temporal.TaskQueue}.String()
 	list, _, err := hostruns.Page(ctx, tc, q, nil, 1)
 	if err != nil {
 		r.emit(Result{Name: "codec", Status: Fail, Detail: fmt.Sprintf("listing host workflows: %v", err), Fix: "check visibility on the namespace (advanced visibility is required)"})

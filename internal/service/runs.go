@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 )
 
 // RunHistory reads a host's earlier runs from Temporal's visibility store. It is asked only when a
@@ -19,7 +19,7 @@ type RunHistory struct {
 
 // CompletedAfter finds a run of workflowID, other than excludeRunID, that completed after t.
 func (r RunHistory) CompletedAfter(ctx context.Context, workflowID, excludeRunID string, after time.Time) (time.Time, bool, error) {
-	q, err := workflows.CompletedAfterQuery(workflowID, after)
+	q, err := hostruns.CompletedAfterQuery(workflowID, after)
 	if err != nil {
 		return time.Time{}, false, err
 	}

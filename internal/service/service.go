@@ -31,8 +31,11 @@ import (
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/health"
+	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/internal/metrics/sdkmetrics"
+	"github.com/choria-temporal/provisioner/internal/signalgate"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -194,8 +197,8 @@ func Policy(cfg *config.Config) workflows.Policy {
 }
 
 // Starter is how this process's discovery and operator commands start host runs.
-func Starter(cfg *config.Config) workflows.Starter {
-	return workflows.Starter{TaskQueue: cfg.Temporal.TaskQueue, Site: cfg.Site, Fast: cfg.Temporal.FastMode}
+func Starter(cfg *config.Config) hostruns.Starter {
+	return hostruns.Starter{TaskQueue: cfg.Temporal.TaskQueue, Site: cfg.Site, Fast: cfg.Temporal.FastMode}
 }
 
 // HelperTaskSlots is how many helper tasks one process takes from the helper task queue at once:
@@ -228,7 +231,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 		return err
 	}
 	// the SDK's own signals (schedule-to-start, slots, pollers) beside ours on /metrics
-	mh, stopMetrics, err := metrics.TemporalHandler(s.opts.Registry, s.log)
+	mh, stopMetrics, err := sdkmetrics.Handler(s.opts.Registry, s.log)
 	if err != nil {
 		return err
 	}
@@ -364,7 +367,7 @@ func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client
 		return nil, nil, err
 	}
 	// pause and resume reach a run only as requests sealed for this queue's control scope
-	wo.Interceptors = append(wo.Interceptors, workflows.ControlSignals(signals, s.refusedSignal))
+	wo.Interceptors = append(wo.Interceptors, signalgate.Interceptor(workflows.ControlSignals(signals, s.refusedSignal).Watch))
 	rpcFw := activities.NewSharedFramework(fw)
 	acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
 		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
@@ -424,9 +427,9 @@ func (s *Service) startWorkers(tc client.Client, wo worker.Options, acts *activi
 // was the hosts in its work queue waiting for a worker, here the tasks waiting in this site's
 // task queues for a worker (Temporal's approximate backlog).
 func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
-	running := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
+	running := hostruns.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true}
 	// the hosts of running that wait by the helper's decision: ProvisionerNoProgress leaves them out
-	deferred := workflows.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true, Outcome: workflows.OutcomeDeferred}
+	deferred := hostruns.HostsQuery{TaskQueue: s.cfg.Temporal.TaskQueue, Running: true, Outcome: workflows.OutcomeDeferred}
 	queues := []struct {
 		name string
 		kind enumspb.TaskQueueType

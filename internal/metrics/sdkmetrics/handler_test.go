@@ -1,17 +1,22 @@
-package metrics
+package sdkmetrics
 
 import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/internal/metrics"
 )
 
-func TestTemporalHandlerExportsOnTheRegistry(t *testing.T) {
-	reg := siteRegistry(t)
-	h, stop, err := TemporalHandler(reg, zap.NewNop())
+func TestHandlerExportsOnTheRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := metrics.New(reg, "dc1")
+	require.NoError(t, err)
+	h, stop, err := Handler(reg, zap.NewNop())
 	require.NoError(t, err)
 	defer stop()
 	tagged := h.WithTags(map[string]string{"task_queue": "q"})

@@ -1,4 +1,8 @@
-package metrics
+// Package sdkmetrics puts the Temporal SDK's own series on the provisioner's Prometheus
+// registry. It stands apart from package metrics because it is client code (a Temporal client's
+// MetricsHandler): the activities and, through them, the deterministic workflows package count
+// through package metrics, and so import no Temporal client.
+package sdkmetrics
 
 import (
 	"context"
@@ -18,12 +22,12 @@ import (
 // seconds, which would put every schedule-to-start latency in the first bucket.
 var LatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
-// TemporalHandler is a Temporal SDK metrics handler whose series (temporal_*: schedule-to-start
+// Handler is a Temporal SDK metrics handler whose series (temporal_*: schedule-to-start
 // latencies, task slots available and used, pollers, workflow task replay and execution
 // latencies, ...) are collected on reg beside the choria_provisioner_* series, through
 // OpenTelemetry's Prometheus exporter. Set it as the Temporal client's MetricsHandler; the
 // workers made from that client report through it. Shutdown stops the meter provider.
-func TemporalHandler(reg prometheus.Registerer, log *zap.Logger) (handler client.MetricsHandler, shutdown func(), err error) {
+func Handler(reg prometheus.Registerer, log *zap.Logger) (handler client.MetricsHandler, shutdown func(), err error) {
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
 	if err != nil {
 		return nil, nil, fmt.Errorf("registering the Temporal SDK's metrics: %w", err)
