@@ -4,8 +4,6 @@ import (
 	"errors"
 
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/choria-temporal/provisioner/internal/codec"
 )
 
 // Error types carried by Temporal application errors, so the workflow and operators can classify
@@ -28,8 +26,9 @@ const (
 	ErrTypeCSR                 = "CSRRejected"       // CSR unparsable, of another name, or denied: not retryable
 	ErrTypeTooLarge            = "InventoryTooLarge" // the server's inventory exceeds MaxInventoryBytes: not retryable
 	// a task of another workflow than a host's, for another host, or with a payload that is not
-	// ours (codec): not retryable
-	ErrTypeRefused = codec.ErrTypeRefused
+	// ours: not retryable. The codec's refusal of a payload is of the same type (its
+	// ErrTypeRefused; a test holds the two together), so one rule classifies both.
+	ErrTypeRefused = "Refused"
 )
 
 // Sentinel errors, each a distinct reason a user can act on: wrapped by the errors a step

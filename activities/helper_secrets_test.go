@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/choria-temporal/provisioner/config"
 )
 
 // A helper's stdout may hold a private key (pki): when the helper fails, no byte of it is in the
@@ -40,7 +38,7 @@ func TestHelperFailuresQuoteNoStdout(t *testing.T) {
 // The helper runs with the documented variables and those helper_env names, never the
 // provisioner's keys.
 func TestHelperEnvironmentIsClean(t *testing.T) {
-	t.Setenv(config.CodecKeyEnv, "c0dec-key-secret")
+	t.Setenv("PROVISIONER_CODEC_KEY", "c0dec-key-secret")
 	t.Setenv("PROVISIONER_TEMPORAL__API_KEY", "api-key-secret")
 	t.Setenv("PROVISIONER_TOKEN", "token-secret")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "cloud-secret")
@@ -48,7 +46,7 @@ func TestHelperEnvironmentIsClean(t *testing.T) {
 	t.Setenv("LANG", "C.UTF-8")
 	envFile := filepath.Join(t.TempDir(), "env")
 	h := &HelperRunner{Command: script(t, "env > "+envFile+"; echo '{\"defer\":true}'"), Timeout: 5 * time.Second,
-		Env: append(append([]string(nil), config.HelperBaseEnv...), "SITE_CMDB_URL", "NOT_SET_ANYWHERE")}
+		Env: []string{"PATH", "LANG", "SITE_CMDB_URL", "NOT_SET_ANYWHERE"}}
 	_, err := h.Run(t.Context(), map[string]string{})
 	require.NoError(t, err)
 	b, err := os.ReadFile(envFile)

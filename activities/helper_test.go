@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/metrics"
 )
 
@@ -31,7 +30,7 @@ func script(t *testing.T, body string) []string {
 
 func runHelper(t *testing.T, body string, timeout time.Duration) (*HelperOutput, error) {
 	t.Helper()
-	h := &HelperRunner{Command: script(t, body), Timeout: timeout, Env: config.HelperBaseEnv}
+	h := &HelperRunner{Command: script(t, body), Timeout: timeout, Env: []string{"PATH"}}
 	return h.Run(context.Background(), HelperInput{Identity: "n1.example", Inventory: `{"version":"1"}`})
 }
 

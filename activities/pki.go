@@ -10,13 +10,11 @@ import (
 	"regexp"
 
 	"github.com/choria-io/go-choria/choria"
-
-	"github.com/choria-temporal/provisioner/config"
 )
 
 // ValidateCSR checks a server's CSR as the Choria Provisioner does: it parses, its common name is
-// the identity, and neither its common name nor its DNS names match cert_deny_list.
-func ValidateCSR(csrPEM string, identity string, denyList []string) error {
+// the identity, and neither its common name nor its DNS names match denyList.
+func ValidateCSR(csrPEM string, identity string, denyList []*regexp.Regexp) error {
 	block, _ := pem.Decode([]byte(csrPEM))
 	if block == nil {
 		return fmt.Errorf("%w: no PEM block", ErrCSRInvalid)
@@ -33,11 +31,7 @@ func ValidateCSR(csrPEM string, identity string, denyList []string) error {
 	}
 	for _, name := range append([]string{csr.Subject.CommonName}, csr.DNSNames...) {
 		for _, re := range denyList {
-			ok, err := regexp.MatchString(config.TrimRegex(re), name)
-			if err != nil {
-				return fmt.Errorf("%w: cert_deny_list entry %q: %v", ErrCSRInvalid, re, err)
-			}
-			if ok {
+			if re.MatchString(name) {
 				return fmt.Errorf("%w: %q matches %q", ErrCSRDenied, name, re)
 			}
 		}

@@ -111,23 +111,6 @@ func NewChoriaClientFramework(cfg *config.Config, collective string) (*choria.Fr
 	return fw, nil
 }
 
-// DrainTimeout bounds how long a stopping worker waits for its running steps (an RPC waits
-// rpc_timeout, a helper helper_timeout; both default to 10 s).
-const DrainTimeout = 20 * time.Second
-
-// WorkerOptions are the Temporal worker's options from the configuration.
-func WorkerOptions(cfg *config.Config) worker.Options {
-	return worker.Options{
-		// on SIGTERM, steps in flight get this long to finish before the worker lets go of them
-		WorkerStopTimeout:                  DrainTimeout,
-		MaxConcurrentActivityTaskPollers:   cfg.Temporal.ActivityPollers,
-		MaxConcurrentWorkflowTaskPollers:   cfg.Temporal.WorkflowPollers,
-		MaxConcurrentActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
-		// fast mode's local steps are RPCs too: the same bound
-		MaxConcurrentLocalActivityExecutionSize: cfg.Temporal.MaxConcurrentActivities,
-	}
-}
-
 // Options choose which parts of the service run in this process.
 type Options struct {
 	Worker    bool
@@ -183,30 +166,6 @@ func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
 	s.expectComponents()
 	return s, nil
 }
-
-// Policy is what this process's configuration decides about the runs its worker begins.
-func Policy(cfg *config.Config) workflows.Policy {
-	return workflows.Policy{
-		Site: cfg.Site,
-		Features: workflows.Features{JWT: cfg.Features.JWT, ED25519: cfg.Features.ED25519, PKI: cfg.Features.PKI,
-			Upgrades: cfg.Features.Upgrades, UpgradesOptional: cfg.UpgradesOptional},
-		DeferDelay:  cfg.DeferDelayDuration,
-		Fast:        cfg.Temporal.FastMode,
-		HelperQueue: cfg.HelperRateLimit > 0,
-	}
-}
-
-// Starter is how this process's discovery and operator commands start host runs.
-func Starter(cfg *config.Config) hostruns.Starter {
-	return hostruns.Starter{TaskQueue: cfg.Temporal.TaskQueue, Site: cfg.Site, Fast: cfg.Temporal.FastMode}
-}
-
-// HelperTaskSlots is how many helper tasks one process takes from the helper task queue at once:
-// twice workers. workers itself bounds the helper processes (the semaphore in
-// activities.RunHelper), but a task holds its slot for longer than its helper runs: from the poll
-// that brings it to the completion that reports it, each a round trip to a server that in a burst
-// is the busiest part of the system (docs/performance.md).
-func HelperTaskSlots(workers int) int { return 2 * workers }
 
 func loopback(host string) bool {
 	if host == "localhost" {
@@ -368,8 +327,12 @@ func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client
 	}
 	// pause and resume reach a run only as requests sealed for this queue's control scope
 	wo.Interceptors = append(wo.Interceptors, signalgate.Interceptor(workflows.ControlSignals(signals, s.refusedSignal).Watch))
+	set, err := ActivitySettings(s.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	rpcFw := activities.NewSharedFramework(fw)
-	acts := activities.New(rpcFw, activities.SettingsFrom(s.cfg), s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
+	acts := activities.New(rpcFw, set, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
 		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
 	stopWorkers, err := s.startWorkers(tc, wo, acts)
 	if err != nil {
