@@ -14,7 +14,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/reprovision"
 )
 
 // Activities are the renewal run's steps, with the long-lived dependencies they share.
@@ -44,7 +44,7 @@ type Deps struct {
 func NewActivities(d Deps) *Activities {
 	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log}
 	a.reprovision = func(ctx context.Context, identity string) error {
-		res, err := operator.Reprovision(ctx, d.Fleet, d.Token, []string{identity}, d.RPCTimeout)
+		res, err := reprovision.Ask(ctx, d.Fleet, d.Token, []string{identity}, d.RPCTimeout)
 		if err != nil {
 			return err
 		}

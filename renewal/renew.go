@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/reprovision"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -37,7 +37,7 @@ func (a *Activities) Renew(ctx context.Context, in RenewInput) (*HostRenewal, er
 	done := HostRenewal{Identity: h.Identity, RunID: h.RunID, Expires: h.Expires, Expired: !h.Expires.After(in.Now), At: time.Now().UTC()}
 	err := a.reprovision(ctx, h.Identity)
 	switch {
-	case errors.Is(err, operator.ErrErrorReply):
+	case errors.Is(err, reprovision.ErrErrorReply):
 		return nil, a.refused(h, fmt.Errorf("the server refused to re-enter provisioning mode: %w", err))
 	case err != nil:
 		return nil, a.unreachable(ctx, h, err)

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/internal/hostruns"
-	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/reprovision"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 
@@ -166,8 +166,8 @@ func TestRenewsAtTheRateAndRecordsEachOutcome(t *testing.T) {
 		{Identity: "refuses.example", RunID: "r3", Expires: start.Add(3 * time.Hour)},
 	}
 	replies := map[string]error{
-		"silent.example":  operator.ErrNoReply,
-		"refuses.example": errors.Join(operator.ErrErrorReply, errors.New("Incorrect provision token supplied")),
+		"silent.example":  reprovision.ErrNoReply,
+		"refuses.example": errors.Join(reprovision.ErrErrorReply, errors.New("Incorrect provision token supplied")),
 	}
 	h := newHarness(t, on, FindResult{Found: 4, Hosts: hosts}, replies)
 	h.env.SetStartTime(start)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/reprovision"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/internal/textsafe"
 	"github.com/choria-temporal/provisioner/workflows"
@@ -462,7 +463,7 @@ func (h *hostsCommand) reprovision(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := operator.Reprovision(ctx, fw, cfg.Token, h.identities, h.timeout)
+	res, err := reprovision.Ask(ctx, fw, cfg.Token, h.identities, h.timeout)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/choria-io/go-choria/client/choria_provisionclient"
-	"github.com/choria-io/go-choria/inter"
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/api/serviceerror"
@@ -29,9 +27,6 @@ var (
 	ErrUnreachable    = errors.New("temporal is unreachable")
 	ErrAlreadyRunning = errors.New("host is being provisioned already")
 	ErrNotFailed      = errors.New("host's latest run did not fail")
-	// a server's answer to reprovision: none in time, or an error reply
-	ErrNoReply    = errors.New("no reply")
-	ErrErrorReply = errors.New("error reply")
 )
 
 // Operator acts on the host workflows of one namespace and task queue.
@@ -234,36 +229,4 @@ func (o *Operator) Control() *control.Client {
 func (o *Operator) SetPaused(ctx context.Context, paused bool, by, reason string) (int, error) {
 	n, err := o.Control().SetPaused(ctx, paused, workflows.ControlRequest{By: by, Reason: reason, At: o.now().UTC()})
 	return n, unreachable(err)
-}
-
-// Reprovision asks provisioned servers, over Choria RPC with the provisioning token, to go back
-// into provisioning mode; each restarts, announces itself and is provisioned again by a new run.
-// fw must be a client able to reach provisioned servers (their collective and account).
-func Reprovision(ctx context.Context, fw inter.Framework, token string, identities []string, timeout time.Duration) (map[string]error, error) {
-	pc, err := choria_provisionclient.New(fw)
-	if err != nil {
-		return nil, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	res, err := pc.OptionTargets(identities).Reprovision(token).Do(rctx)
-	if err != nil {
-		return nil, fmt.Errorf("reprovision request: %w", err)
-	}
-	out := map[string]error{}
-	for _, id := range identities {
-		out[id] = fmt.Errorf("%w within %v", ErrNoReply, timeout)
-	}
-	for _, r := range res.AllOutputs() {
-		d := r.ResultDetails()
-		if _, asked := out[d.Sender()]; !asked {
-			continue
-		}
-		if d.OK() {
-			out[d.Sender()] = nil
-		} else {
-			out[d.Sender()] = fmt.Errorf("%w: %s", ErrErrorReply, d.StatusMessage())
-		}
-	}
-	return out, nil
 }
