@@ -114,7 +114,7 @@ test: deps tools lint compose-check test-monitoring
 
 ## test-monitoring: the dashboard's and the alert rules' queries parse and name only exported
 ## series, and promtool's unit tests of every alert (monitoring/, docs/operations.md). Like the
-## chart's, its module replaces the main module with this checkout (for internal/metrics), so it
+## chart's, its module replaces the main module with this checkout (for common/metrics), so it
 ## runs with -mod=mod: a version the main go.mod raises is taken into monitoring/go.mod rather than
 ## failing the run (commit what that changes, or go -C monitoring mod tidy after changing go.mod).
 test-monitoring: $(PROMTOOL)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/choria-io/go-choria/inter"
 
-	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/logging"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // Activities holds what every activity needs for the life of the worker process: one Choria

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // The workflow refers to activities by method value, whose name Temporal takes from the method:

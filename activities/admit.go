@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/common/logging"
 )
 
 // Reasons admit refuses a task (the reason label of choria_provisioner_refused_payloads, beside

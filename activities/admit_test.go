@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // runAs runs reg's activity with in as a workflow of type wfType and ID wfID schedules it, once.

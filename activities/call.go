@@ -9,7 +9,7 @@ import (
 
 	"github.com/choria-io/go-choria/providers/agent/mcorpc/golang/provision"
 
-	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 )
 
 // MaxStatusMessageBytes bounds the status message of a host's reply as the activities keep it:

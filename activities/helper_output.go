@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 )
 
 // DecodeHelperOutput parses a helper's stdout: exactly one JSON object. Its errors quote no

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 func script(t *testing.T, body string) []string {

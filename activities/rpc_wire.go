@@ -14,7 +14,7 @@ import (
 	v2 "github.com/choria-io/go-choria/protocol/v2"
 	rpcclient "github.com/choria-io/go-choria/providers/agent/mcorpc/client"
 
-	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 )
 
 // replyTarget is go-choria's reply subject for a request (choria.ReplyTarget).

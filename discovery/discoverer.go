@@ -10,7 +10,7 @@ import (
 	"github.com/choria-io/go-choria/lifecycle"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // Discoverer turns sightings into workflows.

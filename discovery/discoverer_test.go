@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // sweepClock records when the loop swept.

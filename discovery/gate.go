@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // gate holds the new-hosts rate that startup events and sweeps share, and counts what is

@@ -10,10 +10,10 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
-	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/logging"
+	"github.com/choria-temporal/provisioner/common/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // Sighted starts the host's workflow unless its latest run says the sighting needs none; seenAt

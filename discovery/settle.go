@@ -2,11 +2,12 @@ package discovery
 
 import (
 	"context"
-	enumspb "go.temporal.io/api/enums/v1"
 	"sync"
 	"time"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/choria-temporal/provisioner/common/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 

@@ -8,7 +8,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/logging"
+	"github.com/choria-temporal/provisioner/common/logging"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 

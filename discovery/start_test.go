@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 func TestEventBecomesSignalWithStart(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"github.com/choria-io/go-choria/protocol"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // Sweep runs one broadcast discovery and starts a workflow for each host found, as its reply

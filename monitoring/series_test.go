@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/metrics"
-	"github.com/choria-temporal/provisioner/internal/metrics/sdkmetrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics/sdkmetrics"
 )
 
 // series are the names /metrics can serve, each with the label names its samples may carry.

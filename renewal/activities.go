@@ -12,9 +12,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
-	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/reprovision"
+	"github.com/choria-temporal/provisioner/common/logging"
+	"github.com/choria-temporal/provisioner/common/reprovision"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // Activities are the renewal run's steps, with the long-lived dependencies they share.

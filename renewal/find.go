@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/hostruns"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // FindExpiring lists the identities our hosts hold now (hostruns.Current: each host's latest run,

@@ -16,9 +16,9 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
-	"github.com/choria-temporal/provisioner/internal/reprovision"
+	"github.com/choria-temporal/provisioner/common/reprovision"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // testQueue is the task queue the test environment runs workflows and activities on.

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // ErrNoSchedule is the answer about a task queue whose renewal Schedule does not exist (renewal

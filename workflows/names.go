@@ -3,7 +3,7 @@
 // its contract: names.go and ids.go what a client addresses, policy.go what the worker decides,
 // input.go what a starter may ask, status.go and result.go what a run reports, searchattrs.go
 // what it records for visibility, control.go the control workflow. How a client starts and lists
-// runs lives with the listing (internal/hostruns): nothing here is client code.
+// runs is the subpackage hostruns: nothing here is client code.
 package workflows
 
 import "github.com/choria-temporal/provisioner/activities"

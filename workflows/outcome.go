@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 )
 
 // ErrTypeProvisionFailed is the error type of a host's workflow that ran out of retries or met a

@@ -21,7 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics"
 )
 
 // fakeHost stands in for the activities: it records calls and answers from scripted replies.

@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/choria-temporal/provisioner/activities"
-	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 )
 
 // Hooks tell the worker what a run refused and when its recorded policy is not the worker's.

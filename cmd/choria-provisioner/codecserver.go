@@ -10,9 +10,9 @@ import (
 
 	"github.com/choria-io/fisk"
 
+	"github.com/choria-temporal/provisioner/common/logging"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/codec"
-	"github.com/choria-temporal/provisioner/internal/logging"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 

@@ -17,11 +17,11 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/choria-temporal/provisioner/common/reprovision"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/operator"
-	"github.com/choria-temporal/provisioner/internal/reprovision"
 	"github.com/choria-temporal/provisioner/internal/service"
-	"github.com/choria-temporal/provisioner/internal/textsafe"
 	"github.com/choria-temporal/provisioner/workflows"
 )
 

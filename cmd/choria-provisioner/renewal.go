@@ -11,8 +11,8 @@ import (
 
 	"github.com/choria-io/fisk"
 
+	"github.com/choria-temporal/provisioner/common/textsafe"
 	"github.com/choria-temporal/provisioner/internal/operator"
-	"github.com/choria-temporal/provisioner/internal/textsafe"
 	"github.com/choria-temporal/provisioner/renewal"
 )
 

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/choria-temporal/provisioner/internal/textsafe"
+	"github.com/choria-temporal/provisioner/common/textsafe"
 )
 
 // WriteJSON writes the records as JSON lines, one issuance an object, for a SIEM.

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/choria-temporal/provisioner/internal/httpserve"
+	"github.com/choria-temporal/provisioner/common/httpserve"
 )
 
 // Monitor holds the components' states and the loops' last turns of one process.

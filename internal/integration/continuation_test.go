@@ -12,9 +12,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/internal/service"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // A host whose helper defers it ten times continues as new (history stays bounded): on real

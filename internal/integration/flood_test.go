@@ -20,10 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/choria-temporal/provisioner/common/metrics"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/dev/procstat"
-	"github.com/choria-temporal/provisioner/internal/metrics"
 )
 
 // The flood's shape: forged startup events with new identities at floodEventRate (and one larger

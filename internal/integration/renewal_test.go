@@ -17,9 +17,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/renewal"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // withRenewal rewrites the site's configuration before it is loaded: the server JWTs' validity,

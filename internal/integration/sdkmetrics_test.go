@@ -7,7 +7,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/choria-temporal/provisioner/internal/metrics/sdkmetrics"
+	"github.com/choria-temporal/provisioner/common/metrics/sdkmetrics"
 )
 
 // The Temporal SDK's own signals are on the provisioner's registry beside the

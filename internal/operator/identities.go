@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // setIdentity records the identity a host's run issued, and whether it has expired at now.

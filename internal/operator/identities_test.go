@@ -10,8 +10,8 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // withIdentity gives a run the identity attributes a provisioned run upserts.

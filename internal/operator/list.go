@@ -11,8 +11,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // ErrBadFilter is a filter or page token the listing cannot use.

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/choria-temporal/provisioner/internal/control"
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // Sentinel errors the CLI turns into exit codes.

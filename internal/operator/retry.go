@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"golang.org/x/time/rate"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // ErrNotOurs is a host whose latest run a provisioner did not start: any namespace client may

@@ -7,8 +7,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
 	"github.com/choria-temporal/provisioner/renewal"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // IdentityRefresh is how often a worker replica counts the identities about to expire: a

@@ -3,8 +3,8 @@ package service
 import (
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/common/logging"
 	"github.com/choria-temporal/provisioner/config"
-	"github.com/choria-temporal/provisioner/internal/logging"
 )
 
 // LoadConfig loads the provisioner configuration and makes its logger; choriaConfig and debug

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/choria-temporal/provisioner/internal/hostruns"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // RunHistory reads a host's earlier runs from Temporal's visibility store. It is asked only when a

@@ -27,16 +27,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/choria-temporal/provisioner/activities"
+	"github.com/choria-temporal/provisioner/common/logging"
+	"github.com/choria-temporal/provisioner/common/metrics"
+	"github.com/choria-temporal/provisioner/common/metrics/sdkmetrics"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/discovery"
 	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/health"
-	"github.com/choria-temporal/provisioner/internal/hostruns"
-	"github.com/choria-temporal/provisioner/internal/logging"
-	"github.com/choria-temporal/provisioner/internal/metrics"
-	"github.com/choria-temporal/provisioner/internal/metrics/sdkmetrics"
 	"github.com/choria-temporal/provisioner/internal/signalgate"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // NewChoriaFramework connects as the provisioner: the Choria client config file, NATS user

@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/choria-temporal/provisioner/common/logging"
 	"github.com/choria-temporal/provisioner/config"
-	"github.com/choria-temporal/provisioner/internal/logging"
 )
 
 // DialTemporal connects to the configured Temporal frontend, over TLS and with the API key when

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/choria-temporal/provisioner/internal/httpserve"
+	"github.com/choria-temporal/provisioner/common/httpserve"
 )
 
 // Metrics are the provisioner's series. Every one carries the site label.
