@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,7 +12,9 @@ import (
 
 // The worker polls while a poll Temporal accepted is open or the last one answered; a failing
 // poll makes it not ready until a poll after the failure is accepted.
-func TestPollWatch(t *testing.T) {
+func TestPollWatch(t *testing.T) { synctest.Test(t, pollWatchInABubble) }
+
+func pollWatchInABubble(t *testing.T) {
 	now := time.Unix(1000, 0)
 	turns := 0
 	p := newPollWatch(func() { turns++ })
@@ -30,18 +33,17 @@ func TestPollWatch(t *testing.T) {
 		}()
 		return done
 	}
+	// the polls run in the test's synctest bubble: once synctest.Wait returns, each is blocked on
+	// its answer, past opening (its clock is p.now, the test's)
 	waitOpen := func(n int) {
 		t.Helper()
-		for range 1000 {
-			p.mu.Lock()
-			open := len(p.open)
-			p.mu.Unlock()
-			if open == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
+		synctest.Wait()
+		p.mu.Lock()
+		open := len(p.open)
+		p.mu.Unlock()
+		if open != n {
+			t.Fatalf("%d polls open, want %d", open, n)
 		}
-		t.Fatalf("never %d polls open", n)
 	}
 
 	// a long poll just opened is not yet proof; one open for pollSettle is

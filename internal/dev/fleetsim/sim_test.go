@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	v2 "github.com/choria-io/go-choria/protocol/v2"
@@ -165,15 +166,22 @@ func TestFlakyHosts(t *testing.T) {
 	}
 	require.Equal(t, mcorpc.OK, reply(t, f, h, "c", "rpcutil", "ping", nil).Statuscode)
 
+	// the flaky period in a synctest bubble: its clock (what the host reads its period by) moves
+	// only as the test sleeps, so "still flaky just before the end" is exact, not a bet on the machine
 	f, err = newFleetForTest(Options{Count: 10, Flaky: 0.1, FlakyFor: 200 * time.Millisecond})
 	require.NoError(t, err)
 	h = f.order[9]
 	require.True(t, h.flaky)
-	_, ok := h.answer(f, request(t, "c", "rpcutil", "ping", nil))
-	require.False(t, ok, "dropped while flaky")
-	time.Sleep(250 * time.Millisecond)
-	_, ok = h.answer(f, request(t, "c", "rpcutil", "ping", nil))
-	require.True(t, ok, "answers once the flaky period is over")
+	synctest.Test(t, func(t *testing.T) {
+		_, ok := h.answer(f, request(t, "c", "rpcutil", "ping", nil))
+		require.False(t, ok, "dropped while flaky")
+		time.Sleep(200*time.Millisecond - time.Nanosecond)
+		_, ok = h.answer(f, request(t, "c", "rpcutil", "ping", nil))
+		require.False(t, ok, "still dropped just before the flaky period ends")
+		time.Sleep(time.Nanosecond)
+		_, ok = h.answer(f, request(t, "c", "rpcutil", "ping", nil))
+		require.True(t, ok, "answers once the flaky period is over")
+	})
 }
 
 func newFleetForTest(o Options) (*Fleet, error) {
