@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,9 +139,7 @@ func TestIntegrationForgedControlSignalsRefused(t *testing.T) {
 	st, err = op.Control().State(ctx)
 	require.NoError(t, err)
 	require.False(t, st.Paused)
-	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond)
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
+	e.sweepWhenRunning(ctx, svc)
 	e.waitProvisioned(60*time.Second, held, fresh)
 	e.runs(held.Identity, 1)
 	e.runs(fresh.Identity, 1)
@@ -214,9 +213,7 @@ func TestIntegrationSquattedControlWorkflowHoldsTheFleet(t *testing.T) {
 		return err == nil && !st.Paused && st.Reason == "squatter removed"
 	}, 30*time.Second, 200*time.Millisecond, "the provisioner's control workflow answers again")
 	require.True(t, strings.HasPrefix(mustCLI(t, e, "paused"), "not paused"))
-	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond)
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
+	e.sweepWhenRunning(ctx, svc)
 	e.waitProvisioned(60*time.Second, fresh)
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(svc.Metrics.ControlUnreadable.WithLabelValues(e.cfg.Site)) == 0
@@ -233,9 +230,7 @@ func TestIntegrationSquattedControlWorkflowHoldsTheFleet(t *testing.T) {
 	late := e.startedNotRun(ctx, svc, 2, "the control workflow was ended")
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
-	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond)
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
+	e.sweepWhenRunning(ctx, svc)
 	e.waitProvisioned(60*time.Second, late)
 }
 
@@ -246,17 +241,55 @@ func mustCLI(t *testing.T, e *env, args ...string) string {
 	return out
 }
 
-// startedNotRun starts fleet server i while new hosts are held (why), sweeps once the pause
-// state's cache has expired, and checks that no run was started for it.
+// startedNotRun starts fleet server i while new hosts are held (why), waits until discovery
+// held its startup event, sweeps, and checks that no run was started for it.
 func (e *env) startedNotRun(ctx context.Context, svc *service.Service, i int, why string) *devstack.FleetMember {
 	e.t.Helper()
 	m, err := e.stack.Fleet.Start(i)
 	require.NoError(e.t, err)
-	time.Sleep(control.PauseCacheTTL + 2*time.Second)
+	e.waitEventHeld(m)
 	_, err = svc.Sweep(ctx)
 	require.NoError(e.t, err)
 	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(m.Identity), "")
 	var notFound *serviceerror.NotFound
 	require.True(e.t, errors.As(err, &notFound), "a host started while %s: %v", why, err)
 	return m
+}
+
+// waitEventHeld waits until discovery logged m's startup event as held by the pause (or by a
+// pause state it cannot read): the event was judged then, and starts nothing afterwards, however
+// long it took to arrive.
+func (e *env) waitEventHeld(m *devstack.FleetMember) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		return e.replicaLogLines("not starting work for a startup event", `"identity":"`+m.Identity+`"`) > 0
+	}, 30*time.Second, 100*time.Millisecond, "discovery never held the startup event of %s", m.Identity)
+}
+
+// replicaLogLines counts the lines of every replica's log (this process's) that contain every
+// one of parts.
+func (e *env) replicaLogLines(parts ...string) int {
+	e.t.Helper()
+	logs, err := filepath.Glob(filepath.Join(e.stack.Opts.Dir, "*.log"))
+	require.NoError(e.t, err)
+	n := 0
+	for _, l := range logs {
+		n += e.logLines(strings.TrimSuffix(filepath.Base(l), ".log"), parts...)
+	}
+	return n
+}
+
+// sweepWhenRunning sweeps until a sweep runs, as discover_cycles counts it (a sweep discovery
+// takes as paused is skipped, uncounted): discovery's cached pause state has caught up with the
+// resume by then, however long its cache holds it.
+func (e *env) sweepWhenRunning(ctx context.Context, svc *service.Service) {
+	e.t.Helper()
+	cycles := func() float64 { return testutil.ToFloat64(svc.Metrics.DiscoverCycles.WithLabelValues(e.cfg.Site)) }
+	var err error
+	require.Eventually(e.t, func() bool {
+		before := cycles()
+		_, err = svc.Sweep(ctx)
+		return cycles() > before
+	}, 30*time.Second, 100*time.Millisecond, "no sweep ran after the resume")
+	require.NoError(e.t, err, "the sweep that ran")
 }

@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/choria-temporal/provisioner/discovery"
-	"github.com/choria-temporal/provisioner/internal/control"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/operator"
 	"github.com/choria-temporal/provisioner/internal/service"
@@ -192,7 +191,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	// a new host is not started while paused
 	fresh, err := e.stack.Fleet.Start(2)
 	require.NoError(t, err)
-	time.Sleep(4 * time.Second)
+	e.waitEventHeld(fresh)
 	_, err = svc.Sweep(ctx)
 	require.NoError(t, err)
 	_, err = e.client.DescribeWorkflowExecution(ctx, workflows.WorkflowID(fresh.Identity), "")
@@ -215,9 +214,7 @@ func TestIntegrationPauseHoldsNewAndRunningHosts(t *testing.T) {
 	_, err = op.SetPaused(ctx, false, "test", "")
 	require.NoError(t, err)
 	e.setFlag("helper-slow", false)
-	time.Sleep(control.PauseCacheTTL + 500*time.Millisecond) // let discovery's cached state expire
-	_, err = svc.Sweep(ctx)
-	require.NoError(t, err)
+	e.sweepWhenRunning(ctx, svc) // once discovery's cached state says running
 	e.waitProvisioned(60*time.Second, slow, fresh)
 	e.runs(slow.Identity, 1)
 	e.runs(fresh.Identity, 1)

@@ -412,7 +412,9 @@ func TestIntegrationForeignInputRefused(t *testing.T) {
 	})
 
 	require.Zero(t, asked.Load(), "the attacker's helper queue got no task")
-	time.Sleep(2 * time.Second) // what a configure sent would have written by now
+	// the victim's three runs (no discovery here: only these) are closed, each without a step
+	// scheduled: no configure was sent, nor can one be sent later
+	e.runs(victim.Identity, 3)
 	require.False(t, devstack.Provisioned(victim), "the victim was not configured")
 	require.Equal(t, 1.0, testutil.ToFloat64(svc.Metrics.Provisioned.WithLabelValues("dev")), "only the host of our own run")
 	require.GreaterOrEqual(t, refusedTotal(t, svc), 3.0, "each refusal counted")
