@@ -785,9 +785,11 @@ func (s *ProvisionSuite) TestNoUpgradeWhenTheVersionMatchesOrTheFeatureIsOff() {
 		s.Zero(countOf(s.host.calls, activities.ReleaseUpdateName), c.name)
 		s.Equal(1, countOf(s.host.calls, activities.InventoryName), "%s: the steps ran once, against the server as it was", c.name)
 		st := s.status()
+		s.Equal(StepDone, st.Step, c.name)
+		s.Equal(OutcomeProvisioned, st.Outcome, c.name)
 		s.Empty(st.Upgraded, c.name)
 		s.Equal("0.30.2", st.ServerVersion, c.name)
-		s.Empty(st.LastError, c.name)
+		s.Empty(st.LastError, "%s: no error on the way", c.name)
 	}
 }
 
