@@ -111,7 +111,7 @@ type Config struct {
 	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
 	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
 	HealthPort                 int            `koanf:"health_port"`       // ours: /healthz and /readyz, 0 disables; served whether or not monitor_port is
-	HealthAddress              string         `koanf:"health_address"`    // ours: bind address for health_port; empty: all interfaces, as monitor_address
+	HealthAddress              string         `koanf:"health_address"`    // ours: bind address for health_port; default 127.0.0.1, empty: all interfaces
 	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
 	LifecycleComponent         string         `koanf:"lifecycle_component"`
 	CertDenyList               []string       `koanf:"cert_deny_list"`
@@ -151,6 +151,7 @@ func defaults() map[string]any {
 		"interval":            "1m",
 		"loglevel":            "info",
 		"health_port":         9465,
+		"health_address":      "127.0.0.1", // this host's probes; every interface must be asked for
 		"helper_timeout":      "10s",
 		"rpc_timeout":         "10s",
 		"defer_delay":         "30s",
@@ -363,7 +364,9 @@ func (c *Config) validateLimits() error {
 	if c.HealthPort < 0 || c.HealthPort > 65535 {
 		return invalid("health_port", "%d is not a port number", c.HealthPort)
 	}
-	if c.HealthPort != 0 && c.HealthPort == c.MonitorPort && c.HealthAddress == c.MonitorAddress {
+	everywhere := func(addr string) bool { return addr == "" || addr == "0.0.0.0" || addr == "::" }
+	overlap := c.HealthAddress == c.MonitorAddress || everywhere(c.HealthAddress) || everywhere(c.MonitorAddress)
+	if c.HealthPort != 0 && c.HealthPort == c.MonitorPort && overlap {
 		return invalid("health_port", "%d is monitor_port's too: health has a listener of its own", c.HealthPort)
 	}
 	return nil

@@ -48,7 +48,7 @@ func TestDefaults(t *testing.T) {
 	require.Len(t, cfg.HelperCommand, 1)
 	require.Empty(t, cfg.MonitorAddress, "all interfaces, as the Choria Provisioner's :monitor_port")
 	require.Equal(t, 9465, cfg.HealthPort, "health is served by default, Prometheus or not")
-	require.Empty(t, cfg.HealthAddress, "all interfaces, as monitor_address")
+	require.Equal(t, "127.0.0.1", cfg.HealthAddress, "this host's probes only unless every interface is asked for")
 	require.Equal(t, runtime.NumCPU(), cfg.Workers, "as the Choria Provisioner: the number of CPUs")
 	require.Equal(t, 500, cfg.Temporal.WorkflowCacheSize, "bounds the worker's memory at scale")
 	require.Equal(t, 50.0, cfg.NewHostsRate, "a flood of forged sightings is bounded by default")

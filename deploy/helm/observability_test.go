@@ -57,6 +57,10 @@ func TestChartProbes(t *testing.T) {
 			if port != cfg.HealthPort || port != 9465 {
 				t.Errorf("container port health %d, health_port %d: want both 9465", port, cfg.HealthPort)
 			}
+			// the kubelet probes the pod's IP: the default, loopback, would fail every probe
+			if cfg.HealthAddress != "0.0.0.0" {
+				t.Errorf("health_address %q: want 0.0.0.0", cfg.HealthAddress)
+			}
 			wantGrace := int64(30)
 			if s.name == "mutual TLS to Temporal, 3 replicas" {
 				wantGrace = 60

@@ -26,6 +26,12 @@ const (
 	Discovery = "discovery"
 )
 
+// Log fields of a component's change of state (its error text is logging.FieldDetail).
+const (
+	FieldComponent = "component"
+	FieldState     = "state"
+)
+
 // Paths served by Handler.
 const (
 	LivePath  = "/healthz"
@@ -33,10 +39,12 @@ const (
 )
 
 // Status is one component's state, since when it has been in it, and why (when not up).
+// Detail is the component's error text, which may name addresses, users and files: it is in the
+// process's log and in Report for callers in the process, never in what Handler serves.
 type Status struct {
 	State  State     `json:"state"`
 	Since  time.Time `json:"since"`
-	Detail string    `json:"detail,omitempty"`
+	Detail string    `json:"-"`
 }
 
 // Loop is one watched loop: when it last turned, and how long it may go without turning.
@@ -46,8 +54,12 @@ type Loop struct {
 	Stall    string    `json:"stall_after"`
 }
 
-// Report is the body of /readyz and /healthz.
+// Report is the body of /readyz and /healthz. What it says is for anyone who can reach the
+// listener: states, names and times, no error text.
 type Report struct {
+	// Status says it in words: "ready", or "not ready: broker, temporal" (the components not
+	// up), or "not alive: probe:broker" (the loops that stalled)
+	Status     string            `json:"status"`
 	Ready      bool              `json:"ready"`
 	Alive      bool              `json:"alive"`
 	Components map[string]Status `json:"components"`

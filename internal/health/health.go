@@ -5,19 +5,30 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/choria-temporal/provisioner/common/httpserve"
+	"github.com/choria-temporal/provisioner/common/logging"
 )
 
 // Monitor holds the components' states and the loops' last turns of one process.
 type Monitor struct {
-	mu    sync.Mutex
-	now   func() time.Time
-	comps map[string]*Status
-	loops map[string]*watchdog
+	mu     sync.Mutex
+	now    func() time.Time
+	log    *zap.Logger
+	comps  map[string]*Status
+	logged map[string]time.Time // when each component's state was last logged
+	loops  map[string]*watchdog
 }
+
+// DetailLogEvery is how often, at most, a component that stays down has its changed error text
+// logged again: the first error of an outage ("being dialled") is often not the one that
+// explains it, and a probe every few seconds must not write a line each.
+const DetailLogEvery = time.Minute
 
 type watchdog struct {
 	last  time.Time
@@ -26,7 +37,15 @@ type watchdog struct {
 
 // New is a Monitor with no component: ready and alive until components and loops are added.
 func New() *Monitor {
-	return &Monitor{now: time.Now, comps: map[string]*Status{}, loops: map[string]*watchdog{}}
+	return &Monitor{now: time.Now, log: zap.NewNop(), comps: map[string]*Status{}, logged: map[string]time.Time{}, loops: map[string]*watchdog{}}
+}
+
+// LogChanges logs to log each change of a component's state, with the error text of a component
+// down: the log is where the reason is, since what Handler serves holds none.
+func (m *Monitor) LogChanges(log *zap.Logger) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.log = log
 }
 
 // Expect registers a component the process runs, Starting until it is first Set.
@@ -46,13 +65,26 @@ func (m *Monitor) Set(name string, err error) {
 		state, detail = Down, err.Error()
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	now, log := m.now(), m.log
 	c, ok := m.comps[name]
-	if !ok || c.State != state {
-		m.comps[name] = &Status{State: state, Since: m.now(), Detail: detail}
-		return
+	changed := !ok || c.State != state
+	say := changed || (state == Down && detail != c.Detail && now.Sub(m.logged[name]) >= DetailLogEvery)
+	if changed {
+		c = &Status{State: state, Since: now}
+		m.comps[name] = c
 	}
 	c.Detail = detail
+	if say {
+		m.logged[name] = now
+	}
+	m.mu.Unlock()
+	switch {
+	case !say:
+	case state == Up:
+		log.Info("component up", zap.String(FieldComponent, name), zap.String(FieldState, string(state)))
+	default:
+		log.Warn("component down", zap.String(FieldComponent, name), zap.String(FieldState, string(state)), zap.String(logging.FieldDetail, detail))
+	}
 }
 
 // Watch registers a loop that must turn at least once every stall; the returned function is
@@ -90,12 +122,23 @@ func (m *Monitor) Report() Report {
 			r.Ready = false
 		}
 	}
+	var stalled []string
 	for name, w := range m.loops {
 		alive := now.Sub(w.last) <= w.stall
 		r.Loops[name] = Loop{Alive: alive, LastTurn: w.last, Stall: w.stall.String()}
 		if !alive {
 			r.Alive = false
+			stalled = append(stalled, name)
 		}
+	}
+	sort.Strings(stalled)
+	switch {
+	case !r.Alive:
+		r.Status = "not alive: " + strings.Join(stalled, ", ")
+	case !r.Ready:
+		r.Status = "not ready: " + strings.Join(r.NotReady(), ", ")
+	default:
+		r.Status = "ready"
 	}
 	return r
 }
@@ -139,7 +182,9 @@ func (m *Monitor) Probe(ctx context.Context, name string, every, timeout time.Du
 }
 
 // Handler serves LivePath (200 alive, 503 a loop stalled) and ReadyPath (200 alive and every
-// component up, 503 otherwise), each with the Report as JSON.
+// component up, 503 otherwise), each with the Report as JSON. It asks no credentials (a kubelet
+// or a load balancer presents none), so it serves states, names and times only: the components'
+// error text stays out of it (Status.Detail), in the log (LogChanges).
 func (m *Monitor) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+LivePath, func(w http.ResponseWriter, _ *http.Request) {

@@ -52,8 +52,10 @@ func (s *Service) serveHealth(ctx context.Context) error {
 }
 
 // expectComponents registers what this process runs: Temporal and the broker always, discovery
-// when it runs here.
+// when it runs here. Their changes of state are logged with the reasons, which /readyz does not
+// serve.
 func (s *Service) expectComponents() {
+	s.Health.LogChanges(s.log)
 	s.Health.Expect(health.Temporal)
 	s.Health.Expect(health.Broker)
 	if s.opts.Discovery {

@@ -116,7 +116,7 @@ template includes it, so `helm template` and `helm install` stop before anything
   "choria_config" "broker.*"
   "monitor_port" "prometheus.port"
   "health_port" "health.port"
-  "health_address" "nothing: the probes reach every interface of the pod"
+  "health_address" "nothing: the chart listens on every interface of the pod, where the kubelet's probes reach it"
   "features" "jwt.enabled, ed25519.enabled, pki.enabled, upgrades.enabled"
   "logfile" "nothing: a pod logs to stderr"
   "workers" "provisioner.workers"
@@ -150,6 +150,7 @@ template includes it, so `helm template` and `helm install` stop before anything
   "choria_config" (printf "%s/config/client.cfg" $dir)
   "monitor_port" (ternary (int $v.prometheus.port) 0 $v.prometheus.enabled)
   "health_port" (int $v.health.port)
+  "health_address" "0.0.0.0"
   "features" (dict "jwt" (or $v.jwt.enabled $v.ed25519.enabled) "ed25519" $v.ed25519.enabled "pki" $v.pki.enabled "upgrades" $v.upgrades.enabled)
 -}}
 {{- if $v.jwt.signerSecret -}}
