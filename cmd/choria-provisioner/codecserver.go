@@ -25,6 +25,7 @@ type codecServerCommand struct {
 	origins   []string
 	devTrust  bool
 	login     bool
+	ttl       time.Duration
 	devUIDs   []uint32
 	issuer    string
 	audience  string
@@ -51,6 +52,7 @@ func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd.Flag("tls-cert", "Serve HTTPS with this certificate (PEM; re-read when it changes), e.g. from the CA the Web UI and operators already trust").StringVar(&c.tlsCert)
 	cmd.Flag("tls-key", "The --tls-cert certificate's private key (PEM)").StringVar(&c.tlsKey)
 	cmd.Flag("browser-login", "Serve "+codec.LoginPath+": a browser that presents the token there gets a session cookie, which a Web UI without a login sends from the --cors-origin origins (TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true)").UnNegatableBoolVar(&c.login)
+	cmd.Flag("session-ttl", "With --browser-login: how long a session lasts from its login (it also ends at "+codec.LogoutPath+" and when the server stops)").Default(codec.DefaultSessionTTL.String()).DurationVar(&c.ttl)
 	cmd.Flag("dev-trust-origins", "DEVELOPMENT ONLY: decode without a token for browsers from the --cors-origin origins run by this user (a Web UI without login); loopback --listen only").UnNegatableBoolVar(&c.devTrust)
 	cmd.Flag("dev-trust-uid", "With --dev-trust-origins: the user ID whose browser is served (repeatable; default: this process's user)").Uint32ListVar(&c.devUIDs)
 }
@@ -86,9 +88,12 @@ func (c *codecServerCommand) run(ctx context.Context) error {
 
 // serverOptions turns the flags into the server's options and the scheme it serves.
 func (c *codecServerCommand) serverOptions(ctx context.Context, cfg *config.Config, token string) (codec.ServerOptions, string, error) {
-	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs, BrowserLogin: c.login}
+	o := codec.ServerOptions{Token: token, Origins: c.origins, DevTrustOrigins: c.devTrust, DevTrustUIDs: c.devUIDs, BrowserLogin: c.login, SessionTTL: c.ttl}
 	if c.login && len(c.origins) == 0 {
 		return o, "", errors.New("--browser-login needs the Web UI's origins (--cors-origin): its sessions are good from there only")
+	}
+	if c.ttl <= 0 {
+		return o, "", fmt.Errorf("--session-ttl %s: a session must end: give a positive duration", c.ttl)
 	}
 	var err error
 	if c.issuer != "" || c.audience != "" || c.claim != "" || len(c.values) > 0 || c.anyUser {
@@ -123,7 +128,8 @@ func (c *codecServerCommand) banner(scheme, addr, keyID string, o codec.ServerOp
 		fmt.Printf("accepting access tokens of %s for audience %s %s\n", c.issuer, c.audience, who)
 	}
 	if c.login {
-		fmt.Printf("browser login at %s://%s%s for the Web UI at %s\n", scheme, addr, codec.LoginPath, strings.Join(c.origins, ", "))
+		fmt.Printf("browser login at %s://%s%s for the Web UI at %s (sessions last %s; log out at %s)\n", scheme, addr, codec.LoginPath,
+			strings.Join(c.origins, ", "), c.ttl, codec.LogoutPath)
 	}
 	if c.devTrust {
 		who := fmt.Sprintf("user %d", os.Getuid())

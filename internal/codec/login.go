@@ -1,40 +1,30 @@
 package codec
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"html/template"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Paths the codec server serves besides the remote codec API.
 const (
 	// LoginPath is where a browser presents the bearer token for a session (BrowserLogin).
 	LoginPath = "/login"
+	// LogoutPath ends the browser's session (BrowserLogin).
+	LogoutPath = "/logout"
 	// HealthPath answers 200 to anyone: a container's health check.
 	HealthPath = "/healthz"
-	// SessionCookie carries a browser's session: a MAC of the token, never the token itself.
+	// SessionCookie carries a browser's session: a random ID the server holds, never the token.
 	SessionCookie = "choria_provisioner_codec"
 	maxLoginBody  = 4 << 10
 )
 
-// session is the cookie value that stands for token: a keyed hash, so the cookie jar does not
-// hold the token the CLI presents, and a new token (a new stack) voids every session of the old.
-func session(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("choria-provisioner codec-server browser session"))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-func validSession(r *http.Request, token string) bool {
+// validSession is true when the request carries the cookie of a session of s, not yet ended.
+func validSession(r *http.Request, s *sessions) bool {
 	c, err := r.Cookie(SessionCookie)
-	if err != nil || token == "" {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(c.Value), []byte(session(token))) == 1
+	return err == nil && s != nil && s.valid(c.Value)
 }
 
 var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
@@ -51,26 +41,41 @@ var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
 </body></html>
 `))
 
+var logoutPage = template.Must(template.New("logout").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>Codec server logout</title></head>
+<body>
+{{if .Done}}<p id="done">Logged out: this browser decodes nothing until it logs in again (<a href="{{.Login}}">log in</a>).</p>
+{{else}}<form method="post" action="{{.Action}}"><button type="submit" id="logout">Log out</button></form>{{end}}
+</body></html>
+`))
+
+// pageHeaders are a login or logout page's: not cached, no script, no frame, forms posting to
+// the codec server itself (and to formAction).
+func pageHeaders(w http.ResponseWriter, formAction string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'none'; form-action "+formAction+"; frame-ancestors 'none'")
+	h.Set("X-Frame-Options", "DENY")
+}
+
 // loginHandler serves LoginPath: the form on GET, and on POST a session cookie for the right
 // token, then back to the Web UI (the first origin). The cookie is HttpOnly and SameSite=Strict:
 // the UI's page cannot read it, and the browser sends it only on requests of the same site
 // (http://localhost:8080 calling http://localhost:8081), never on another site's.
-func loginHandler(o ServerOptions) http.Handler {
+//
+// The session is one of s: it ends when its TTL has passed, at LogoutPath, or when the server
+// stops (a new token takes a restart); the cookie expires with it.
+func loginHandler(o ServerOptions, s *sessions) http.Handler {
 	back, formAction := "/", "'self'"
 	if len(o.Origins) > 0 {
 		origin := strings.TrimRight(o.Origins[0], "/")
 		// form-action holds for the redirect after the post too: the UI's origin is its target
 		back, formAction = origin+"/", "'self' "+origin
 	}
-	csp := "default-src 'none'; form-action " + formAction + "; frame-ancestors 'none'"
 	want := []byte(o.Token)
 	form := func(w http.ResponseWriter, status int, failed bool) {
-		h := w.Header()
-		h.Set("Content-Type", "text/html; charset=utf-8")
-		h.Set("Cache-Control", "no-store")
-		// no script, no frame: the page is a form that posts to itself
-		h.Set("Content-Security-Policy", csp)
-		h.Set("X-Frame-Options", "DENY")
+		pageHeaders(w, formAction)
 		w.WriteHeader(status)
 		_ = loginPage.Execute(w, struct {
 			Action string
@@ -92,10 +97,40 @@ func loginHandler(o ServerOptions) http.Handler {
 				form(w, http.StatusUnauthorized, true)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: session(o.Token), Path: "/",
+			value, end := s.open()
+			http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: value, Path: "/", Expires: end, MaxAge: int(s.ttl / time.Second),
 				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			w.Header().Set("Cache-Control", "no-store")
 			http.Redirect(w, r, back, http.StatusSeeOther)
+		default:
+			w.Header().Set("Allow", "GET, POST")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		}
+	})
+}
+
+// logoutHandler serves LogoutPath: a form on GET, and on POST the end of the request's session
+// (the server forgets it, so a copy of the cookie is worth nothing either) and of its cookie.
+// A cross-site form cannot log a browser out: SameSite=Strict keeps the cookie off its post.
+func logoutHandler(s *sessions) http.Handler {
+	page := func(w http.ResponseWriter, done bool) {
+		pageHeaders(w, "'self'")
+		_ = logoutPage.Execute(w, struct {
+			Action, Login string
+			Done          bool
+		}{LogoutPath, LoginPath, done})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			page(w, false)
+		case http.MethodPost:
+			if c, err := r.Cookie(SessionCookie); err == nil {
+				s.close(c.Value)
+			}
+			http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1,
+				HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			page(w, true)
 		default:
 			w.Header().Set("Allow", "GET, POST")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/converter"
 )
@@ -43,8 +44,11 @@ type ServerOptions struct {
 	// there gets a session cookie, and requests from Origins that carry it are served as if they
 	// carried the token. It is how a Web UI without a login of its own decodes (it sends cookies
 	// with TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true): the browser becomes a holder of the token,
-	// so no one is served who could not have sent the token, whatever the listener.
+	// so no one is served who could not have sent the token, whatever the listener. A session
+	// lasts SessionTTL, ends at LogoutPath, and ends with the server.
 	BrowserLogin bool
+	// SessionTTL is how long a browser session lasts (0: DefaultSessionTTL).
+	SessionTTL time.Duration
 	// OIDC, when set, also accepts the bearer tokens a Web UI with a login passes
 	// (TEMPORAL_CODEC_PASS_ACCESS_TOKEN): JWTs of the identity provider for the audience.
 	OIDC *OIDCVerifier
@@ -53,6 +57,10 @@ type ServerOptions struct {
 
 	// peerUID finds the user of a loopback connection's other end (tests replace it).
 	peerUID func(local, remote netip.AddrPort) (uint32, error)
+	// now is the sessions' clock (tests move it)
+	now func() time.Time
+	// sessions are the browser sessions (Handler makes them with BrowserLogin)
+	sessions *sessions
 }
 
 // Handler serves Temporal's remote codec HTTP API (POST /encode and /decode, as the Web UI and
@@ -66,7 +74,11 @@ type ServerOptions struct {
 // to no workflow, so what it encodes is refused by a worker wherever the SDK names the workflow.
 func Handler(c *Codec, o ServerOptions) http.Handler {
 	api := converter.NewPayloadCodecHTTPHandler(c)
-	login := loginHandler(o)
+	var login, logout http.Handler
+	if o.BrowserLogin {
+		o.sessions = newSessions(o.SessionTTL, o.now)
+		login, logout = loginHandler(o, o.sessions), logoutHandler(o.sessions)
+	}
 	allowed := map[string]bool{}
 	for _, origin := range o.Origins {
 		allowed[strings.TrimRight(origin, "/")] = true
@@ -86,8 +98,13 @@ func Handler(c *Codec, o ServerOptions) http.Handler {
 			_, _ = io.WriteString(w, "ok\n")
 			return
 		case LoginPath:
-			if o.BrowserLogin {
+			if login != nil {
 				login.ServeHTTP(w, r)
+				return
+			}
+		case LogoutPath:
+			if logout != nil {
+				logout.ServeHTTP(w, r)
 				return
 			}
 		}
@@ -126,7 +143,7 @@ func (o ServerOptions) authorized(r *http.Request, want []byte, known bool) bool
 	if bearer, found := strings.CutPrefix(auth, "Bearer "); found && bearer != "" && o.OIDC != nil && o.OIDC.Verify(r.Context(), bearer) == nil {
 		return true
 	}
-	if o.BrowserLogin && known && validSession(r, o.Token) {
+	if o.BrowserLogin && known && validSession(r, o.sessions) {
 		return true
 	}
 	return o.DevTrustOrigins && known && o.sameUser(r)
