@@ -92,52 +92,57 @@ type Temporal struct {
 // Config is the whole configuration. Keys without a koanf tag of their own below are the Choria
 // Provisioner's, spelled as it spells them.
 type Config struct {
-	Workers                    int            `koanf:"workers"`           // hosts whose helper runs at once in this process; 0: the number of CPUs
-	Interval                   string         `koanf:"interval"`          // discovery sweep period, minimum 1m
-	Logfile                    string         `koanf:"logfile"`           // empty or "-": stderr
-	Loglevel                   string         `koanf:"loglevel"`          // debug, info, warn, error
-	Helper                     string         `koanf:"helper"`            // command line, split with shell quoting rules
-	HelperTimeout              string         `koanf:"helper_timeout"`    // ours: default 10s like the Choria Provisioner
-	HelperRateLimit            float64        `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
-	NewHostsRate               float64        `koanf:"new_hosts_rate"`    // ours: sightings per second discovery may hand to Temporal, 0 unlimited
-	NewHostsBurst              int            `koanf:"new_hosts_burst"`   // ours: ... at once, beyond the rate
-	HelperEnv                  []string       `koanf:"helper_env"`        // ours: environment variables the helper gets beside HelperBaseEnv
-	RPCTimeout                 string         `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
-	DeferDelay                 string         `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
-	Token                      string         `koanf:"token"`             // provisioning token; stays in worker config, never in history
-	Insecure                   bool           `koanf:"choria_insecure"`   // accepted for compatibility
-	Site                       string         `koanf:"site"`              // label on every metric and search attribute; empty as the Choria Provisioner's default
-	MonitorPort                int            `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
-	MonitorAddress             string         `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
-	MonitorPprof               bool           `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
-	HealthPort                 int            `koanf:"health_port"`       // ours: /healthz and /readyz, 0 disables; served whether or not monitor_port is
-	HealthAddress              string         `koanf:"health_address"`    // ours: bind address for health_port; default 127.0.0.1, empty: all interfaces
-	BrokerProvisioningPassword string         `koanf:"broker_provisioning_password"`
-	LifecycleComponent         string         `koanf:"lifecycle_component"`
-	CertDenyList               []string       `koanf:"cert_deny_list"`
-	JWTVerifyCert              string         `koanf:"jwt_verify_cert"`
-	JWTSigningKey              string         `koanf:"jwt_signing_key"`
-	JWTSigningToken            string         `koanf:"jwt_signing_token"`
-	ServerJWTValidity          string         `koanf:"server_jwt_validity"`
-	LeaderElection             bool           `koanf:"leader_election"` // accepted; replicas need no election here
-	UpgradesRepository         string         `koanf:"upgrades_repository"`
-	UpgradesOptional           bool           `koanf:"upgrades_optional"`
-	RegoPolicy                 string         `koanf:"rego_policy"` // accepted, not used
-	BrokerPort                 int            `koanf:"broker_port"` // accepted, not used
-	Management                 map[string]any `koanf:"management"`  // backplane settings; accepted, not used
-	Features                   Features       `koanf:"features"`
-	Temporal                   Temporal       `koanf:"temporal"`
-	ChoriaConfig               string         `koanf:"choria_config"` // Choria client config file
-	Renewal                    Renewal        `koanf:"renewal"`       // ours: renewing identities before they lapse (config/renewal.go)
+	Workers                    int      `koanf:"workers"`           // hosts whose helper runs at once in this process; 0: the number of CPUs
+	Interval                   string   `koanf:"interval"`          // discovery sweep period, minimum 1m
+	Logfile                    string   `koanf:"logfile"`           // empty or "-": stderr
+	Loglevel                   string   `koanf:"loglevel"`          // debug, info, warn, error
+	Helper                     string   `koanf:"helper"`            // command line, split with shell quoting rules
+	HelperTimeout              string   `koanf:"helper_timeout"`    // ours: default 10s like the Choria Provisioner
+	HelperRateLimit            float64  `koanf:"helper_rate_limit"` // ours: helper calls per second across all workers, 0 unlimited
+	NewHostsRate               float64  `koanf:"new_hosts_rate"`    // ours: sightings per second discovery may hand to Temporal, 0 unlimited
+	NewHostsBurst              int      `koanf:"new_hosts_burst"`   // ours: ... at once, beyond the rate
+	HelperEnv                  []string `koanf:"helper_env"`        // ours: environment variables the helper gets beside HelperBaseEnv
+	HelperUser                 string   `koanf:"helper_user"`       // ours: the user (name or uid) the helper runs as (config/helper.go)
+	RPCTimeout                 string   `koanf:"rpc_timeout"`       // ours: how long one RPC waits for its reply
+	DeferDelay                 string   `koanf:"defer_delay"`       // ours: how long a deferred host waits before its steps run again
+	Token                      string   `koanf:"token"`             // provisioning token; stays in worker config, never in history
+	Insecure                   bool     `koanf:"choria_insecure"`   // accepted for compatibility
+	Site                       string   `koanf:"site"`              // label on every metric and search attribute; empty as the Choria Provisioner's default
+	MonitorPort                int      `koanf:"monitor_port"`      // Prometheus /metrics, 0 disables
+	MonitorAddress             string   `koanf:"monitor_address"`   // ours: bind address for monitor_port; empty: all interfaces, as the Choria Provisioner
+	MonitorPprof               bool     `koanf:"monitor_pprof"`     // ours: Go profiles under /debug/pprof/ on the monitor port
+	HealthPort                 int      `koanf:"health_port"`       // ours: /healthz and /readyz, 0 disables; served whether or not monitor_port is
+	HealthAddress              string   `koanf:"health_address"`    // ours: bind address for health_port; default 127.0.0.1, empty: all interfaces
+	BrokerProvisioningPassword string   `koanf:"broker_provisioning_password"`
+	LifecycleComponent         string   `koanf:"lifecycle_component"`
+	CertDenyList               []string `koanf:"cert_deny_list"`
+	JWTVerifyCert              string   `koanf:"jwt_verify_cert"`
+	JWTSigningKey              string   `koanf:"jwt_signing_key"`
+	// ours: a key only the workers hold (never the codec server): the helper's private keys are
+	// sealed under it in history, so those who may view history cannot take a host's identity
+	SecretsKeyFile     string         `koanf:"secrets_key_file"`
+	JWTSigningToken    string         `koanf:"jwt_signing_token"`
+	ServerJWTValidity  string         `koanf:"server_jwt_validity"`
+	LeaderElection     bool           `koanf:"leader_election"` // accepted; replicas need no election here
+	UpgradesRepository string         `koanf:"upgrades_repository"`
+	UpgradesOptional   bool           `koanf:"upgrades_optional"`
+	RegoPolicy         string         `koanf:"rego_policy"` // accepted, not used
+	BrokerPort         int            `koanf:"broker_port"` // accepted, not used
+	Management         map[string]any `koanf:"management"`  // backplane settings; accepted, not used
+	Features           Features       `koanf:"features"`
+	Temporal           Temporal       `koanf:"temporal"`
+	ChoriaConfig       string         `koanf:"choria_config"` // Choria client config file
+	Renewal            Renewal        `koanf:"renewal"`       // ours: renewing identities before they lapse (config/renewal.go)
 
 	// Parsed forms, filled by Load.
-	IntervalDuration          time.Duration `koanf:"-"`
-	HelperTimeoutDuration     time.Duration `koanf:"-"`
-	RPCTimeoutDuration        time.Duration `koanf:"-"`
-	DeferDelayDuration        time.Duration `koanf:"-"`
-	ServerJWTValidityDuration time.Duration `koanf:"-"`
-	HelperCommand             []string      `koanf:"-"`
-	File                      string        `koanf:"-"`
+	IntervalDuration          time.Duration     `koanf:"-"`
+	HelperTimeoutDuration     time.Duration     `koanf:"-"`
+	RPCTimeoutDuration        time.Duration     `koanf:"-"`
+	DeferDelayDuration        time.Duration     `koanf:"-"`
+	ServerJWTValidityDuration time.Duration     `koanf:"-"`
+	HelperCommand             []string          `koanf:"-"`
+	HelperCredential          *HelperCredential `koanf:"-"` // helper_user resolved; nil: the provisioner's own user
+	File                      string            `koanf:"-"`
 
 	// Warnings are what Load accepted as the Choria Provisioner did but an operator should know.
 	Warnings []string `koanf:"-"`
@@ -434,27 +439,22 @@ func (c *Config) validateHelper() error {
 	if err := c.validateHelperEnv(); err != nil {
 		return err
 	}
+	if err := c.validateHelperUser(); err != nil {
+		return err
+	}
 
 	return c.validateTemporal()
-}
-
-// validateHelperEnv refuses names that are not variable names, and the provisioner's own.
-func (c *Config) validateHelperEnv() error {
-	for _, name := range c.HelperEnv {
-		if !envName.MatchString(name) {
-			return invalid("helper_env", "%q is not an environment variable name", name)
-		}
-		if strings.HasPrefix(strings.ToUpper(name), EnvPrefix) {
-			return invalid("helper_env", "%s is the provisioner's own (%s*: its keys and settings), never the helper's", name, EnvPrefix)
-		}
-	}
-	return nil
 }
 
 func (c *Config) validateTemporal() error {
 	if c.Temporal.LocalActivities && !c.Temporal.FastMode {
 		c.Temporal.FastMode = true
 		c.Warnings = append(c.Warnings, "temporal.local_activities is folded into temporal.fast_mode: fast mode is on")
+	}
+	if c.SecretsKeyFile != "" {
+		if err := secretFile(c.SecretsKeyFile); err != nil {
+			return invalid("secrets_key_file", "%v", err)
+		}
 	}
 	if !c.Temporal.Plaintext && c.Temporal.CodecKeyFile == "" && os.Getenv(CodecKeyEnv) == "" {
 		return invalid("temporal.codec_key_file", "required (or %s, or temporal.plaintext: true): payloads carry secrets", CodecKeyEnv)

@@ -155,6 +155,10 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 
 // New prepares a service; Run starts it.
 func New(cfg *config.Config, log *zap.Logger, opts Options) (*Service, error) {
+	// before any helper runs: none may read this process's environment or memory
+	if err := hardenProcess(); err != nil {
+		return nil, err
+	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
@@ -327,13 +331,17 @@ func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client
 	}
 	// pause and resume reach a run only as requests sealed for this queue's control scope
 	wo.Interceptors = append(wo.Interceptors, signalgate.Interceptor(workflows.ControlSignals(signals, s.refusedSignal).Watch))
+	secrets, err := secretBox(s.cfg.SecretsKeyFile)
+	if err != nil {
+		return nil, nil, err
+	}
 	set, err := ActivitySettings(s.cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	rpcFw := activities.NewSharedFramework(fw)
 	acts := activities.New(rpcFw, set, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
-		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)))
+		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)), activities.WithSecretBox(secrets))
 	stopWorkers, err := s.startWorkers(tc, wo, acts)
 	if err != nil {
 		rpcFw.Close()
@@ -432,4 +440,21 @@ func (s *Service) fleetGauges(ctx context.Context, tc client.Client) {
 		case <-tick.C:
 		}
 	}
+}
+
+// secretBox is the workers' box for the helper's private keys (secrets_key_file); none is
+// configured: nil, and a helper that returns a key fails its host with how to fix it.
+func secretBox(file string) (*activities.SecretBox, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("secrets_key_file: %w", err)
+	}
+	box, err := activities.NewSecretBox(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("secrets_key_file %s: %w", file, err)
+	}
+	return box, nil
 }

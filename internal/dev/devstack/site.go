@@ -39,6 +39,8 @@ type SiteFiles struct {
 	ClientConfig string // Choria client config of the provisioner (provisioning account)
 	AdminConfig  string // Choria client config of a fleet administrator (choria account)
 	CodecKeyFile string
+	// SecretsKeyFile is the workers' own key for the helper's private keys (secrets_key_file)
+	SecretsKeyFile string
 }
 
 // ExampleHelperCommand is the command line of the example helper beside self: the stand-alone
@@ -70,10 +72,11 @@ func WriteSiteFiles(c *Credentials, o SiteOptions) (*SiteFiles, error) {
 		}
 	}
 	f := &SiteFiles{
-		ConfigFile:   filepath.Join(o.Dir, "provisioner.yaml"),
-		ClientConfig: filepath.Join(o.Dir, "client.conf"),
-		AdminConfig:  filepath.Join(o.Dir, "admin.conf"),
-		CodecKeyFile: filepath.Join(o.Dir, "codec.key"),
+		ConfigFile:     filepath.Join(o.Dir, "provisioner.yaml"),
+		ClientConfig:   filepath.Join(o.Dir, "client.conf"),
+		AdminConfig:    filepath.Join(o.Dir, "admin.conf"),
+		CodecKeyFile:   filepath.Join(o.Dir, "codec.key"),
+		SecretsKeyFile: filepath.Join(o.Dir, "secrets.key"),
 	}
 	clientConf := func(identity, collective string, admin bool) string {
 		return fmt.Sprintf(`identity = %s
@@ -94,9 +97,11 @@ plugin.choria.use_srv = false
 	if err := os.WriteFile(f.AdminConfig, []byte(clientConf("admin", fleetCollective, true)), 0o600); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(f.CodecKeyFile); err != nil {
-		if err := os.WriteFile(f.CodecKeyFile, []byte(codec.NewKey()+"\n"), 0o600); err != nil {
-			return nil, err
+	for _, key := range []string{f.CodecKeyFile, f.SecretsKeyFile} {
+		if _, err := os.Stat(key); err != nil {
+			if err := os.WriteFile(key, []byte(codec.NewKey()+"\n"), 0o600); err != nil {
+				return nil, err
+			}
 		}
 	}
 	yaml := fmt.Sprintf(`# Every key is a Choria Provisioner key except temporal, choria_config, defer_delay and
@@ -115,13 +120,14 @@ lifecycle_component: provision_mode_server
 server_jwt_validity: 365d
 defer_delay: %s
 choria_config: %q
+secrets_key_file: %q
 temporal:
   address: %q
   namespace: %s
   task_queue: %s
   codec_key_file: %q
 %s%s`, o.Interval, o.LogLevel, o.LogFile, o.Helper, c.Token, o.MonitorPort, o.MonitorAddress, c.ProvisioningPassword,
-		c.featureKeys(), o.DeferDelay, f.ClientConfig, o.TemporalAddress, o.TemporalNamespace, o.TaskQueue, f.CodecKeyFile, temporalAuthYAML(o.TemporalTLS, o.TemporalAPIKeyFile),
+		c.featureKeys(), o.DeferDelay, f.ClientConfig, f.SecretsKeyFile, o.TemporalAddress, o.TemporalNamespace, o.TaskQueue, f.CodecKeyFile, temporalAuthYAML(o.TemporalTLS, o.TemporalAPIKeyFile),
 		healthYAML(o.HealthPort, o.HealthAddress))
 	if err := os.WriteFile(f.ConfigFile, []byte(yaml), 0o600); err != nil {
 		return nil, err
