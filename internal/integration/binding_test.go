@@ -161,7 +161,9 @@ func scheduledOf(events []*historypb.HistoryEvent, activity string) []*historypb
 // was scheduled (a signal's task while the helper is in flight), the reset run replays the
 // recorded policy and nonce; the helper task the copied history scheduled is handed out again
 // with its input sealed by the original run, refused by the activity as another run's, sent
-// again once, sealed by the reset run, and the host is provisioned. Reset to the first workflow
+// again once, sealed by the reset run; sign refuses that answer's approval, which names the
+// original run's reads, the run reads the host and asks the helper again, and the host is
+// provisioned. Reset to the first workflow
 // task, the run records its policy and nonce anew and runs every step again.
 func TestIntegrationResetRunCompletes(t *testing.T) {
 	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
@@ -217,7 +219,11 @@ func TestIntegrationResetRunCompletes(t *testing.T) {
 			refused(activities.ReasonForeignRequest)-before, e.activityFailures(events))
 		if i == 0 {
 			require.Equal(t, before+1, refused(activities.ReasonForeignRequest), "%s: the helper task of the original run, refused once", point)
-			require.Len(t, scheduledOf(events, activities.RunHelperName), 2, "%s: the original's helper request and this run's", point)
+			// the original's helper request, this run's, and a third: the approval the helper gave
+			// named reads the original run received, so sign refused it and the run read the host
+			// and asked the helper again before signing (docs/security.md, reset)
+			require.Len(t, scheduledOf(events, activities.RunHelperName), 3, "%s: the original's helper request, this run's, and the one asked again", point)
+			require.Equal(t, 1.0, refused(activities.ReasonStaleApproval), "%s: the approval of the original run's reads refused once", point)
 		}
 	}
 	require.Zero(t, refused(activities.ReasonForeignResult), "no result refused")
