@@ -30,6 +30,9 @@ type HelperRunner struct {
 	// gets no other, so the provisioner's keys (PROVISIONER_CODEC_KEY, the Temporal API key, a
 	// token in the environment) never reach the site's code.
 	Env []string
+	// Credential is the user the helper runs as (helper_user), with no supplementary group:
+	// the provisioner's key files, its user's, are out of its reach. nil: this process's user.
+	Credential *syscall.Credential
 }
 
 // environment is the helper's environment: the named variables of this process's, and only them.
@@ -59,7 +62,7 @@ func (h *HelperRunner) Run(ctx context.Context, input any) (*HelperOutput, error
 	defer cancel()
 
 	cmd := exec.CommandContext(tctx, h.Command[0], h.Command[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: h.Credential}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// After the kill, stop waiting for pipes that an escaped grandchild may still hold open.
 	cmd.WaitDelay = time.Second

@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"regexp"
+	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/worker"
@@ -52,8 +53,13 @@ func ActivitySettings(cfg *config.Config) (activities.Settings, error) {
 		}
 		deny = append(deny, re)
 	}
+	var helperUser *syscall.Credential
+	if c := cfg.HelperCredential; c != nil {
+		helperUser = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
+	}
 	return activities.Settings{
-		Site: cfg.Site, Token: cfg.Token, RPCTimeout: cfg.RPCTimeoutDuration,
+		HelperCredential: helperUser,
+		Site:             cfg.Site, Token: cfg.Token, RPCTimeout: cfg.RPCTimeoutDuration,
 		JWTVerifyCert: cfg.JWTVerifyCert, CertDenyList: deny, UpgradesRepository: cfg.UpgradesRepository,
 		HelperCommand: cfg.HelperCommand, HelperTimeout: cfg.HelperTimeoutDuration,
 		HelperEnv:     append(append([]string(nil), config.HelperBaseEnv...), cfg.HelperEnv...),
