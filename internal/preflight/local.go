@@ -109,6 +109,7 @@ func (r *runner) refs(cfg *config.Config) []ref {
 		{"temporal.tls.cert_file", cfg.Temporal.TLS.CertFile, false},
 		{"temporal.tls.key_file", cfg.Temporal.TLS.KeyFile, true},
 		{"temporal.api_key_file", cfg.Temporal.APIKeyFile, true},
+		{"secrets_key_file", cfg.SecretsKeyFile, true},
 	} {
 		if f.path != "" {
 			out = append(out, ref{key: f.key, path: f.path, secret: f.secret, refuse: f.secret})

@@ -46,6 +46,7 @@ func Run(ctx context.Context, o Options, report func(Result)) int {
 	}
 	r.checkFiles(cfg)
 	r.checkHelper(cfg)
+	r.checkSecrets(cfg)
 	r.checkSigner(cfg)
 	cd := r.checkCodecKey(cfg)
 	r.checkHealth(ctx, cfg)
