@@ -100,18 +100,31 @@ func NewOIDCVerifier(ctx context.Context, o OIDCOptions) (*OIDCVerifier, error) 
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	client.Transport = &fetchLimiter{next: next, interval: o.KeyRefetchInterval, now: o.now, last: map[string]*fetched{}}
+	timeout := client.Timeout
+	if timeout <= 0 {
+		timeout = defaultFetchTimeout
+	}
+	client.Transport = &fetchLimiter{next: next, interval: o.KeyRefetchInterval, timeout: timeout, now: o.now,
+		last: map[string]*fetched{}, flying: map[string]*flight{}}
 	// go-oidc keeps the context for its key set fetches, which go through the limiter
 	ctx = oidc.ClientContext(context.WithoutCancel(ctx), client)
 	provider, err := oidc.NewProvider(ctx, o.Issuer)
 	if err != nil {
 		return nil, fmt.Errorf("OIDC discovery of %s: %w", o.Issuer, err)
 	}
-	if err := fetchKeySet(ctx, client, provider); err != nil {
+	var disc struct {
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := provider.Claims(&disc); err != nil || disc.JWKSURI == "" {
+		return nil, fmt.Errorf("OIDC discovery names no jwks_uri")
+	}
+	if err := fetchKeySet(ctx, client, disc.JWKSURI); err != nil {
 		return nil, err
 	}
+	keys := oidc.NewRemoteKeySet(ctx, disc.JWKSURI)
+	primeKeySet(ctx, keys)
 	return &OIDCVerifier{
-		verifier: provider.VerifierContext(ctx, &oidc.Config{ClientID: o.Audience,
+		verifier: oidc.NewVerifier(o.Issuer, keys, &oidc.Config{ClientID: o.Audience,
 			SupportedSigningAlgs: []string{oidc.RS256, oidc.RS384, oidc.RS512, oidc.PS256, oidc.PS384, oidc.PS512, oidc.ES256, oidc.ES384, oidc.ES512},
 			Now:                  o.now}),
 		claim: o.Claim, values: o.Values, anyUser: o.AnyUser,
@@ -119,15 +132,9 @@ func NewOIDCVerifier(ctx context.Context, o OIDCOptions) (*OIDCVerifier, error) 
 }
 
 // fetchKeySet reads the key set once at start, so an issuer whose keys cannot be read is found
-// before the first user is; the answer is what go-oidc's first verification reads (cached).
-func fetchKeySet(ctx context.Context, client *http.Client, p *oidc.Provider) error {
-	var disc struct {
-		JWKSURI string `json:"jwks_uri"`
-	}
-	if err := p.Claims(&disc); err != nil || disc.JWKSURI == "" {
-		return fmt.Errorf("OIDC discovery names no jwks_uri")
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, disc.JWKSURI, nil)
+// before the first user is; the limiter keeps the answer for primeKeySet.
+func fetchKeySet(ctx context.Context, client *http.Client, jwksURI string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, jwksURI, nil)
 	if err != nil {
 		return err
 	}
@@ -137,15 +144,27 @@ func fetchKeySet(ctx context.Context, client *http.Client, p *oidc.Provider) err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("OIDC key set %s: %s", disc.JWKSURI, resp.Status)
+		return fmt.Errorf("OIDC key set %s: %s", jwksURI, resp.Status)
 	}
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&set); err != nil || len(set.Keys) == 0 {
-		return fmt.Errorf("OIDC key set %s holds no key", disc.JWKSURI)
+		return fmt.Errorf("OIDC key set %s holds no key", jwksURI)
 	}
 	return nil
+}
+
+// unsignedProbe is a JWS without a key ID or a valid signature: verifying it makes go-oidc read
+// the key set (it has none cached) and fail, which is all it is for.
+const unsignedProbe = "eyJhbGciOiJSUzI1NiJ9.e30.AA"
+
+// primeKeySet fills go-oidc's cache of the key set now, from the limiter's answer to
+// fetchKeySet (no second request). go-oidc caches keys only as a verification fetches them,
+// and a token whose key is cached is verified without waiting on any fetch; without this the
+// first tokens after start, valid ones included, would wait on a refetch a made-up key ID began.
+func primeKeySet(ctx context.Context, keys *oidc.RemoteKeySet) {
+	_, _ = keys.VerifySignature(ctx, unsignedProbe)
 }
 
 // Verify accepts a token signed by the issuer for the audience, not expired, whose claim holds
@@ -202,13 +221,19 @@ func claimStrings(claims map[string]any, name string) []string {
 // in between with the last answer (or its error). go-oidc fetches the key set again for every
 // token naming a key it does not hold, coalescing only fetches at the same moment: without
 // this, tokens with made-up key IDs would make the codec server hammer the identity provider.
+//
+// The lock guards the limiter's state only, never a fetch: a URL's fetch runs once (the callers
+// that find it in flight wait on it), each caller waits with its own request's context, and
+// the answers of other URLs, or of this URL within the interval, never wait on it.
 type fetchLimiter struct {
 	next     http.RoundTripper
 	interval time.Duration
+	timeout  time.Duration // of one fetch, which no caller's context ends
 	now      func() time.Time
 
-	mu   sync.Mutex // held across a fetch: callers of one URL wait for its answer
-	last map[string]*fetched
+	mu     sync.Mutex
+	last   map[string]*fetched
+	flying map[string]*flight
 }
 
 type fetched struct {
@@ -219,8 +244,17 @@ type fetched struct {
 	err    error
 }
 
+// flight is a fetch in progress: done is closed once f is set.
+type flight struct {
+	done chan struct{}
+	f    *fetched
+}
+
 // maxFetchBytes bounds a discovery document or key set read into memory.
 const maxFetchBytes = 1 << 20
+
+// defaultFetchTimeout bounds one fetch when the client has no timeout of its own.
+const defaultFetchTimeout = 10 * time.Second
 
 func (l *fetchLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet {
@@ -228,19 +262,48 @@ func (l *fetchLimiter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	url := req.URL.String()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	f, ok := l.last[url]
-	if !ok || l.now().Sub(f.at) >= l.interval {
-		f = &fetched{at: l.now()}
-		resp, err := l.next.RoundTrip(req)
-		if err == nil {
-			f.status, f.header = resp.StatusCode, resp.Header
-			f.body, err = io.ReadAll(io.LimitReader(resp.Body, maxFetchBytes))
-			resp.Body.Close()
-		}
-		f.err = err
-		l.last[url] = f
+	if f, ok := l.last[url]; ok && l.now().Sub(f.at) < l.interval {
+		l.mu.Unlock()
+		return f.response(req)
 	}
+	fl, ok := l.flying[url]
+	if !ok {
+		fl = &flight{done: make(chan struct{})}
+		l.flying[url] = fl
+		go l.fetch(url, req, fl)
+	}
+	l.mu.Unlock()
+	select {
+	case <-fl.done:
+		return fl.f.response(req)
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+}
+
+// fetch is the one fetch of url in flight: bounded by the limiter's timeout, not by the context
+// of the request that began it, whose caller may give up while others still wait.
+func (l *fetchLimiter) fetch(url string, req *http.Request, fl *flight) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), l.timeout)
+	defer cancel()
+	f := &fetched{at: l.now()}
+	resp, err := l.next.RoundTrip(req.Clone(ctx))
+	if err == nil {
+		f.status, f.header = resp.StatusCode, resp.Header
+		f.body, err = io.ReadAll(io.LimitReader(resp.Body, maxFetchBytes))
+		resp.Body.Close()
+	}
+	f.err = err
+	l.mu.Lock()
+	l.last[url] = f
+	delete(l.flying, url)
+	l.mu.Unlock()
+	fl.f = f
+	close(fl.done)
+}
+
+// response is a copy of the answer for req, or its error.
+func (f *fetched) response(req *http.Request) (*http.Response, error) {
 	if f.err != nil {
 		return nil, f.err
 	}

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -30,9 +32,40 @@ type fakeIDP struct {
 	rsaKey  *rsa.PrivateKey
 	ecKey   *ecdsa.PrivateKey
 	fetches atomic.Int64
+	hold    atomic.Pointer[hold]
 
 	mu   sync.Mutex
 	keys []map[string]string
+}
+
+// hold keeps the key set's fetches waiting from the moment one arrives until release.
+type hold struct {
+	arrived, release chan struct{}
+	once, freed      sync.Once
+}
+
+func (h *hold) free() { h.freed.Do(func() { close(h.release) }) }
+
+// holdKeys makes the provider slow: its key set answers once the test frees the hold.
+func (p *fakeIDP) holdKeys(t *testing.T) *hold {
+	h := &hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	p.hold.Store(h)
+	t.Cleanup(h.free) // before the server closes: it waits for its handlers
+	return h
+}
+
+// within fails the test unless ch delivers within a bound far above what a request takes: a
+// wait that does not end is the failure, not a slow machine.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: still waiting", what)
+	}
+	var zero T
+	return zero
 }
 
 func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
@@ -55,6 +88,10 @@ func newFakeIDP(t *testing.T) *fakeIDP {
 	})
 	mux.HandleFunc("/keys", func(w http.ResponseWriter, _ *http.Request) {
 		p.fetches.Add(1)
+		if h := p.hold.Load(); h != nil {
+			h.once.Do(func() { close(h.arrived) })
+			<-h.release
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(map[string]any{"keys": p.keys})
@@ -265,4 +302,103 @@ func TestOIDCKeySetFetchesRateLimited(t *testing.T) {
 	require.EqualValues(t, 2, idp.fetches.Load(), "and again at most one fetch in the next interval")
 	require.Equal(t, http.StatusOK, post(idp.token(t, jwt.SigningMethodRS256, "r1", idp.rsaKey,
 		idp.claims("temporal-ui", idp.srv.URL, time.Now().Add(time.Hour), member))), "the known keys still verify")
+}
+
+// A slow identity provider stalls no one but those who need its answer: while a refetch (a
+// token naming a key the cached set lacks) waits on it, a token of a key already held verifies
+// at once, including the first tokens after start.
+func TestOIDCKnownKeyDoesNotWaitOnARefetch(t *testing.T) {
+	idp := newFakeIDP(t)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	o := idp.options()
+	o.KeyRefetchInterval = time.Minute
+	o.now = now
+	v, err := NewOIDCVerifier(t.Context(), o)
+	require.NoError(t, err)
+	post := decodeServer(t, v)
+	member := jwt.MapClaims{"groups": []string{"sre"}}
+	mu.Lock()
+	clock = clock.Add(time.Minute) // the next unknown key ID fetches the set again
+	mu.Unlock()
+
+	h := idp.holdKeys(t)
+	forged := newECKey(t)
+	unknown := make(chan int, 1)
+	go func() {
+		unknown <- post(idp.token(t, jwt.SigningMethodES256, "not-yet-published", forged, idp.claims("temporal-ui", idp.srv.URL, time.Now().Add(time.Hour), member)))
+	}()
+	within(t, h.arrived, "the refetch never reached the provider")
+
+	known := make(chan int, 1)
+	go func() {
+		known <- post(idp.token(t, jwt.SigningMethodRS256, "r1", idp.rsaKey, idp.claims("temporal-ui", idp.srv.URL, time.Now().Add(time.Hour), member)))
+	}()
+	require.Equal(t, http.StatusOK, within(t, known, "a token of a known key waits on the refetch"))
+
+	h.free()
+	require.Equal(t, http.StatusUnauthorized, within(t, unknown, "the unknown key's token after the refetch"))
+	require.EqualValues(t, 2, idp.fetches.Load(), "the start's fetch and the one refetch")
+}
+
+// The limiter's lock is never held across a fetch: another URL is answered, and a caller that
+// gives up stops waiting, while a fetch is held; the callers of the URL in flight share its one
+// fetch.
+func TestFetchLimiterHoldsNoLockAcrossAFetch(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once, freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	var fetches atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/keys" {
+			fetches.Add(1)
+			once.Do(func() { close(arrived) })
+			<-release
+		}
+		_, _ = w.Write([]byte(r.URL.Path))
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(free)
+	client := &http.Client{Transport: &fetchLimiter{next: http.DefaultTransport, interval: time.Minute, timeout: 10 * time.Second,
+		now: time.Now, last: map[string]*fetched{}, flying: map[string]*flight{}}}
+	type answer struct {
+		body string
+		err  error
+	}
+	get := func(ctx context.Context, path string) <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				ch <- answer{err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			ch <- answer{string(b), err}
+		}()
+		return ch
+	}
+
+	first := get(context.Background(), "/keys")
+	within(t, arrived, "the fetch never reached the server")
+	other := within(t, get(context.Background(), "/other"), "another URL waits on the held fetch")
+	require.NoError(t, other.err)
+	require.Equal(t, "/other", other.body)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := get(ctx, "/keys")
+	cancel()
+	require.ErrorIs(t, within(t, gaveUp, "a caller whose context ended still waits").err, context.Canceled)
+
+	second := get(context.Background(), "/keys")
+	free()
+	for _, ch := range []<-chan answer{first, second} {
+		a := within(t, ch, "the fetch's answer")
+		require.NoError(t, a.err)
+		require.Equal(t, "/keys", a.body)
+	}
+	require.EqualValues(t, 1, fetches.Load(), "one fetch for every caller of the interval")
 }
