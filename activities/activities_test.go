@@ -43,11 +43,11 @@ func TestRegistrationAppliesThePreambleOnce(t *testing.T) {
 	require.NoError(t, err)
 	a := &Activities{metrics: m, log: zap.NewNop(), set: Settings{Site: "lab"}}
 	var busyInside float64
-	ok := wrap(a, "Probe", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
+	ok := wrapNamed(a, "Probe", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
 		busyInside = testutil.ToFloat64(m.BusyWorkers.WithLabelValues("lab"))
 		return &InventoryResult{Version: "1"}, nil
 	})
-	bad := wrap(a, "Broken", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
+	bad := wrapNamed(a, "Broken", StepInventory, func(ctx context.Context, in HostInput) (*InventoryResult, error) {
 		return nil, errors.New("publish failed: nats: connection closed")
 	})
 	res, err := runAs[InventoryResult](t, HostWorkflowType, "provision:n1", ok, HostInput{Identity: "n1"})

@@ -104,7 +104,7 @@ func TestAdmitRefusesTasksOfOtherWorkflowsAndHosts(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	a := &Activities{metrics: m, log: zap.New(core), set: Settings{Site: "lab"}}
 	ran := 0
-	sign := wrap(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
+	sign := wrapNamed(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
 		ran++
 		return &SignResult{JWT: "signed"}, nil
 	})
@@ -144,7 +144,7 @@ func TestAdmitRefusesInputsOfOtherRunsAndSteps(t *testing.T) {
 	require.NoError(t, err)
 	a := &Activities{metrics: m, log: zap.NewNop(), set: Settings{Site: "lab"}}
 	ran := 0
-	sign := wrap(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
+	sign := wrapNamed(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
 		ran++
 		return &SignResult{JWT: "signed"}, nil
 	})

@@ -18,35 +18,8 @@ const (
 	HostWorkflowIDPrefix = "provision:"
 )
 
-// Activity names, as registered on the worker and referenced by the workflow.
-const (
-	FetchJWTName       = "FetchJWT"
-	GencsrName         = "Gencsr"
-	Gen25519Name       = "Gen25519"
-	InventoryName      = "Inventory"
-	RunHelperName      = "RunHelper"
-	SignServerJWTName  = "SignServerJWT"
-	ConfigureName      = "Configure"
-	RestartName        = "Restart"
-	ShutdownName       = "Shutdown"
-	ReleaseUpdateName  = "ReleaseUpdate"
-	ProvisionTokenNote = "provisioning token redacted: the worker holds it"
-)
-
-// Steps the activities serve, as the workflow's status, search attributes and every log line
-// name them (workflows re-exports them with its own states).
-const (
-	StepJWT       = "jwt"
-	StepGen25519  = "gen25519"
-	StepGencsr    = "gencsr"
-	StepInventory = "inventory"
-	StepHelper    = "helper"
-	StepSign      = "sign"
-	StepConfigure = "configure"
-	StepUpgrade   = "upgrade"
-	StepRestart   = "restart"
-	StepShutdown  = "shutdown"
-)
+// ProvisionTokenNote stands where the provisioning token would be: the worker holds it.
+const ProvisionTokenNote = "provisioning token redacted: the worker holds it"
 
 // HostInput addresses one host.
 type HostInput struct {

@@ -23,11 +23,11 @@ func TestSignAndConfigureActOnlyOnTheirOwnRunsReplies(t *testing.T) {
 	require.NoError(t, err)
 	a := &Activities{metrics: m, log: zap.NewNop(), set: Settings{Site: "lab"}}
 	ran := 0
-	sign := wrap(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
+	sign := wrapNamed(a, SignServerJWTName, StepSign, func(ctx context.Context, in SignInput) (*SignResult, error) {
 		ran++
 		return &SignResult{JWT: "signed"}, nil
 	})
-	configure := wrap(a, ConfigureName, StepConfigure, func(ctx context.Context, in ConfigureInput) (*MessageResult, error) {
+	configure := wrapNamed(a, ConfigureName, StepConfigure, func(ctx context.Context, in ConfigureInput) (*MessageResult, error) {
 		ran++
 		return &MessageResult{Message: "configured"}, nil
 	})

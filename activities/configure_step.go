@@ -7,6 +7,13 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
+// The step (as the workflow's status, search attributes and log lines name it) and its activity's
+// registered name (the method's).
+const (
+	StepConfigure = "configure"
+	ConfigureName = "Configure"
+)
+
 // Configure sends the configuration with choria_provision#configure.
 func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*MessageResult, error) {
 	cj, err := json.Marshal(in.Configuration)

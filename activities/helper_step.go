@@ -9,6 +9,13 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
+// The step (as the workflow's status, search attributes and log lines name it) and its activity's
+// registered name (the method's).
+const (
+	StepHelper    = "helper"
+	RunHelperName = "RunHelper"
+)
+
 // maxConfigurationJSON is the most the configure action accepts.
 const maxConfigurationJSON = 2048
 

@@ -10,6 +10,13 @@ import (
 	"github.com/choria-io/tokens"
 )
 
+// The step (as the workflow's status, search attributes and log lines name it) and its activity's
+// registered name (the method's).
+const (
+	StepJWT      = "jwt"
+	FetchJWTName = "FetchJWT"
+)
+
 // FetchJWT calls choria_provision#jwt and verifies the JWT against jwt_verify_cert.
 func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (*JWTResult, error) {
 	reply, err := a.provision(ctx, in.Identity, "jwt", map[string]any{"token": a.set.Token})

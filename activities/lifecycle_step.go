@@ -5,6 +5,17 @@ import (
 	"time"
 )
 
+// The step (as the workflow's status, search attributes and log lines name it) and its activity's
+// registered name (the method's).
+const (
+	StepRestart       = "restart"
+	RestartName       = "Restart"
+	StepUpgrade       = "upgrade"
+	ReleaseUpdateName = "ReleaseUpdate"
+	StepShutdown      = "shutdown"
+	ShutdownName      = "Shutdown"
+)
+
 // Restart asks the server to restart into its new configuration.
 func (a *Activities) Restart(ctx context.Context, in RestartInput) (*MessageResult, error) {
 	r, err := a.provision(ctx, in.Identity, "restart", map[string]any{"token": a.set.Token, "splay": float64(in.Splay)})

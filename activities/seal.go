@@ -44,10 +44,12 @@ type Requested struct {
 // GetRequest is the seal of the request the input was written for.
 func (r Requested) GetRequest() Seal { return r.Request }
 
-// sealedInput is an activity input the workflow seals.
+// sealedInput is an activity input the workflow seals: an input type without its WithRequest
+// does not compile into a registration (wrap).
 type sealedInput interface {
 	identified
 	GetRequest() Seal
+	WithRequest(Seal) any
 }
 
 // WithRequest returns the input sealed for the request s (the workflow's one way to seal an input).

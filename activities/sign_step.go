@@ -6,6 +6,13 @@ import (
 	"go.uber.org/zap"
 )
 
+// The step (as the workflow's status, search attributes and log lines name it) and its activity's
+// registered name (the method's).
+const (
+	StepSign          = "sign"
+	SignServerJWTName = "SignServerJWT"
+)
+
 // SignServerJWT makes the host's server JWT (ed25519 feature).
 func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (*SignResult, error) {
 	s, err := a.signer.Sign(in)

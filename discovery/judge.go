@@ -137,16 +137,9 @@ func (d *Discoverer) checkCompleted(ctx context.Context, identity string, info *
 }
 
 // mayBeFinishing says whether an open run may be past its restart RPC, by its search attributes:
-// at its helper (a run upserts no step after it) or at restart, and not deferred.
+// at the last step it makes findable or later (workflows.MayBeFinishing), and not deferred.
 func mayBeFinishing(r hostruns.Run) bool {
-	if r.Outcome == workflows.OutcomeDeferred {
-		return false
-	}
-	switch r.Step {
-	case workflows.StepHelper, workflows.StepRestart:
-		return true
-	}
-	return false
+	return r.Outcome != workflows.OutcomeDeferred && workflows.MayBeFinishing(r.Step)
 }
 
 // squatted judges a sighting whose host's workflow ID holds a run a provisioner did not start

@@ -132,23 +132,13 @@ func (p *provisioner) readOnce(ctx workflow.Context, reads []read, host activiti
 			in.SeenAt = time.Time{} // one read per run makes the stale check (a visibility query)
 		}
 		at := p.begin(ctx, r.step)
-		var send func(again bool)
-		send = func(again bool) {
-			req := p.send(ctx, r.step, spec, in)
-			sel.AddFuture(req.fut, func(fut workflow.Future) {
-				err := p.verify(ctx, req.seal, fut.Get(ctx, r.result), r.result)
-				if otherRun(err) && !again { // sent before a reset: once more, sealed by this run (call)
-					pending++
-					send(true)
-					return
-				}
-				errs[i] = p.record(at, err, r.result, workflow.Now(ctx))
-				p.answered = p.answered || hostAnswered(errs[i])
-			})
-		}
-		send(false)
+		p.ask(ctx, sel, r.step, spec, in, r.result, func(err error) {
+			pending--
+			errs[i] = p.record(at, err, r.result, workflow.Now(ctx))
+			p.answered = p.answered || hostAnswered(errs[i])
+		})
 	}
-	for done := 0; done < pending; done++ {
+	for pending > 0 {
 		sel.Select(ctx)
 	}
 	return errs

@@ -93,10 +93,11 @@ func (f *fakeHost) register(env *testsuite.TestWorkflowEnvironment) {
 	// the worker runs the sign step with its own signer only (HostWorkflow.Signer); the test
 	// environment mocks activities by registered name
 	env.RegisterActivityWithOptions(a.SignServerJWT, activity.RegisterOptions{Name: activities.SignServerJWTName})
-	methods := map[string]any{activities.FetchJWTName: a.FetchJWT, activities.Gen25519Name: a.Gen25519, activities.GencsrName: a.Gencsr,
-		activities.InventoryName: a.Inventory, activities.ReleaseUpdateName: a.ReleaseUpdate, activities.RunHelperName: a.RunHelper,
-		activities.SignServerJWTName: a.SignServerJWT, activities.ConfigureName: a.Configure, activities.RestartName: a.Restart,
-		activities.ShutdownName: a.Shutdown}
+	// each activity mocked by the method value its row in the step table names
+	methods := map[string]any{}
+	for _, row := range stepTable() {
+		methods[activityName(row)] = row.activity
+	}
 	reg := func(name string, fake stepFake) {
 		env.OnActivity(methods[name], mock.Anything, mock.Anything).Return(fake(name))
 	}

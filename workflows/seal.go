@@ -120,13 +120,9 @@ func (p *provisioner) send(ctx workflow.Context, step string, spec stepSpec, arg
 	return request{seal: seal, fut: p.execute(ctx, spec, arg)}
 }
 
-// get waits for the request's outcome and accepts it only when sealed for the request: a result
-// whose Reply is not this request is refused (the step fails, not retryable); a failure without
-// this request's seal is untrusted: generic, retryable, its text cleaned, its type ignored.
-func (p *provisioner) get(ctx workflow.Context, req request, result any) error {
-	return p.verify(ctx, req.seal, req.fut.Get(ctx, result), result)
-}
-
+// verify accepts a request's outcome only when sealed for the request: a result whose Reply is
+// not this request is refused (the step fails, not retryable); a failure without this request's
+// seal is untrusted: generic, retryable, its text cleaned, its type ignored.
 func (p *provisioner) verify(ctx workflow.Context, req activities.Seal, err error, result any) error {
 	if err == nil {
 		r, ok := result.(interface{ GetReply() activities.Seal })

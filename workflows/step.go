@@ -17,7 +17,7 @@ func (p *provisioner) step(ctx workflow.Context, step string, arg any, result an
 	p.status.Step = step
 	spec := specOf(step)
 	p.details(ctx, step+": "+spec.summary)
-	if spec.findable {
+	if spec.findable() {
 		if err := p.upsert(ctx, StepKey.ValueSet(step)); err != nil {
 			return err
 		}
@@ -26,14 +26,14 @@ func (p *provisioner) step(ctx workflow.Context, step string, arg any, result an
 	for attempt := 1; ; attempt++ {
 		if req, ok := arg.(activities.HelperRequest); ok {
 			// the helper logs its failure as final only on the workflow's last try
-			req.Attempt, req.Attempts = attempt, spec.attempts
+			req.Attempt, req.Attempts = attempt, spec.attempts()
 			arg = req
 		}
 		err := p.runOnce(ctx, step, attempt, spec, arg, result)
 		if err == nil {
 			return nil
 		}
-		if attempt >= spec.attempts || !activities.Retryable(err) {
+		if attempt >= spec.attempts() || !activities.Retryable(err) {
 			return &stepError{step: step, err: err}
 		}
 		p.log.Warn("step failed, retrying", "step", step, "attempt", attempt, "error", reason(err))
@@ -57,21 +57,42 @@ func (p *provisioner) runOnce(ctx workflow.Context, step string, attempt int, sp
 	p.status.Attempt = attempt
 	at := p.begin(ctx, step)
 	err := p.record(at, p.call(ctx, step, spec, arg, result), result, workflow.Now(ctx))
-	if err == nil && spec.attempts > 1 && p.status.Timeline[at].Attempts == 0 {
+	if err == nil && spec.attempts() > 1 && p.status.Timeline[at].Attempts == 0 {
 		p.status.Timeline[at].Attempts = 1 // the workflow runs each attempt of this step itself
 	}
 	return err
 }
 
-// call sends one request of step and waits for its outcome, accepted only when sealed for that
-// request (get). A request that a reset run's copied history scheduled is refused by the activity
-// as another run's (ErrTypeOtherRun): it is sent again, once, sealed by this run.
+// call sends one request of step and waits for its accepted outcome (ask).
 func (p *provisioner) call(ctx workflow.Context, step string, spec stepSpec, arg, result any) error {
-	err := p.get(ctx, p.send(ctx, step, spec, arg), result)
-	if otherRun(err) {
-		err = p.get(ctx, p.send(ctx, step, spec, arg), result)
+	sel := workflow.NewSelector(ctx)
+	var err error
+	done := false
+	p.ask(ctx, sel, step, spec, arg, result, func(e error) { err, done = e, true })
+	for !done {
+		sel.Select(ctx)
 	}
 	return err
+}
+
+// ask sends one request of step and, when sel selects its outcome, hands done that outcome as
+// accepted when sealed for the request (verify). A request that a reset run's copied history
+// scheduled is refused by the activity as another run's (ErrTypeOtherRun): it is sent again,
+// once, sealed by this run, and done waits for that one. The one resend of every step.
+func (p *provisioner) ask(ctx workflow.Context, sel workflow.Selector, step string, spec stepSpec, arg, result any, done func(error)) {
+	var send func(again bool)
+	send = func(again bool) {
+		req := p.send(ctx, step, spec, arg)
+		sel.AddFuture(req.fut, func(fut workflow.Future) {
+			err := p.verify(ctx, req.seal, fut.Get(ctx, result), result)
+			if otherRun(err) && !again {
+				send(true)
+				return
+			}
+			done(err)
+		})
+	}
+	send(false)
 }
 
 // begin opens a timeline entry for a run of step and returns its index.
