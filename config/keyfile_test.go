@@ -81,3 +81,75 @@ func TestLoadRefusesKeyFilesOthersRead(t *testing.T) {
 	_, err = ReadAPIKeyFile(apiKey)
 	require.ErrorContains(t, err, "chmod 600 "+apiKey)
 }
+
+// A key in a directory another user can write to is refused, whatever its own mode: that user
+// could replace it. The error names the directory, its mode and the fix; a sticky directory (as
+// /tmp, or a Kubernetes Secret's volume) and a directory of the service's own are accepted.
+func TestKeyFileDirectories(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "keys")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	file := filepath.Join(dir, "codec.key")
+	require.NoError(t, os.WriteFile(file, []byte("00\n"), 0o600))
+	for mode, want := range map[os.FileMode]string{
+		0o700:                 "",
+		0o755:                 "",
+		0o750:                 "",
+		0o770:                 "its directory " + dir + " is writable by group",
+		0o757:                 "its directory " + dir + " is writable by others (mode 0757)",
+		0o777 | os.ModeSticky: "",
+		0o770 | os.ModeSticky: "",
+	} {
+		require.NoError(t, os.Chmod(dir, mode))
+		err := CheckKeyFile(file)
+		if want == "" {
+			require.NoError(t, err, "%v", mode)
+			continue
+		}
+		var kf *KeyFileError
+		require.True(t, errors.As(err, &kf), "%v: %v", mode, err)
+		require.Equal(t, dir, kf.File)
+		require.Equal(t, file, kf.Key)
+		require.ErrorContains(t, err, want)
+		require.ErrorContains(t, err, "replace the key")
+	}
+	require.NoError(t, os.Chmod(dir, 0o700))
+
+	// a directory further up counts as the key's own
+	require.NoError(t, os.Chmod(parent, 0o777))
+	require.ErrorContains(t, CheckKeyFile(file), "its directory "+parent+" is writable by others (mode 0777): whoever can write there can replace the key: chmod o-w "+parent)
+	require.NoError(t, os.Chmod(parent, 0o700))
+
+	// through a symbolic link, the directories of the file it leads to count too
+	open := filepath.Join(parent, "open")
+	require.NoError(t, os.Mkdir(open, 0o700))
+	require.NoError(t, os.Chmod(open, 0o775))
+	target := filepath.Join(open, "target.key")
+	require.NoError(t, os.WriteFile(target, []byte("00\n"), 0o600))
+	link := filepath.Join(dir, "link.key")
+	require.NoError(t, os.Symlink(target, link))
+	require.ErrorContains(t, CheckKeyFile(link), "its directory "+open+" is writable by group")
+
+	// a directory of another user than root and the service's (only root can make one here)
+	if os.Geteuid() == 0 {
+		require.NoError(t, os.Chown(dir, 4242, 0))
+		require.ErrorContains(t, CheckKeyFile(file), "its directory "+dir+" is writable by its owner 4242 (mode 0700)")
+		require.NoError(t, os.Chown(dir, 0, 0))
+		require.NoError(t, CheckKeyFile(file))
+	}
+}
+
+// Load refuses a key whose directory others can write to, naming the key.
+func TestLoadRefusesKeysInOpenDirectories(t *testing.T) {
+	file := writeConfig(t, "")
+	cfg, err := Parse(file)
+	require.NoError(t, err)
+	dir := filepath.Dir(cfg.Temporal.CodecKeyFile)
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o777))
+	t.Cleanup(func() { _ = os.Chmod(dir, st.Mode().Perm()) })
+	_, err = Load(file)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "temporal.codec_key_file: "+cfg.Temporal.CodecKeyFile+": its directory "+dir+" is writable by others (mode 0777)")
+}
