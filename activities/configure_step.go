@@ -7,12 +7,8 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepConfigure = "configure"
-	ConfigureName = "Configure"
-)
+// StepConfigure is the step as status, search attributes and logs name it; ConfigureName its activity.
+const StepConfigure, ConfigureName = "configure", "Configure"
 
 // Configure sends the configuration with choria_provision#configure.
 func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*MessageResult, error) {

@@ -4,12 +4,8 @@ import (
 	"context"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepGencsr = "gencsr"
-	GencsrName = "Gencsr"
-)
+// StepGencsr is the step as status, search attributes and logs name it; GencsrName its activity.
+const StepGencsr, GencsrName = "gencsr", "Gencsr"
 
 // Gencsr asks the server for a key and CSR with its identity as common name (pki feature) and
 // validates the CSR against the identity and cert_deny_list.

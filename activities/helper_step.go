@@ -9,12 +9,8 @@ import (
 	"go.temporal.io/sdk/activity"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepHelper    = "helper"
-	RunHelperName = "RunHelper"
-)
+// StepHelper is the step as status, search attributes and logs name it; RunHelperName its activity.
+const StepHelper, RunHelperName = "helper", "RunHelper"
 
 // maxConfigurationJSON is the most the configure action accepts.
 const maxConfigurationJSON = 2048

@@ -7,12 +7,8 @@ import (
 	"fmt"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepInventory = "inventory"
-	InventoryName = "Inventory"
-)
+// StepInventory is the step as status, search attributes and logs name it; InventoryName its activity.
+const StepInventory, InventoryName = "inventory", "Inventory"
 
 // MaxInventoryBytes keeps an inventory well inside Temporal's payload limit (2 MiB by default),
 // so one host's huge fact set fails that host with a reason instead of its workflow task.

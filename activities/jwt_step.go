@@ -10,12 +10,8 @@ import (
 	"github.com/choria-io/tokens"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepJWT      = "jwt"
-	FetchJWTName = "FetchJWT"
-)
+// StepJWT is the step as status, search attributes and logs name it; FetchJWTName its activity.
+const StepJWT, FetchJWTName = "jwt", "FetchJWT"
 
 // FetchJWT calls choria_provision#jwt and verifies the JWT against jwt_verify_cert.
 func (a *Activities) FetchJWT(ctx context.Context, in HostInput) (*JWTResult, error) {

@@ -8,12 +8,8 @@ import (
 	"fmt"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepGen25519 = "gen25519"
-	Gen25519Name = "Gen25519"
-)
+// StepGen25519 is the step as status, search attributes and logs name it; Gen25519Name its activity.
+const StepGen25519, Gen25519Name = "gen25519", "Gen25519"
 
 // Gen25519 asks the server for a new ed25519 key, signing a nonce fresh to this attempt, and
 // verifies the signature.

@@ -5,16 +5,14 @@ import (
 	"time"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepRestart       = "restart"
-	RestartName       = "Restart"
-	StepUpgrade       = "upgrade"
-	ReleaseUpdateName = "ReleaseUpdate"
-	StepShutdown      = "shutdown"
-	ShutdownName      = "Shutdown"
-)
+// StepRestart is the step as status, search attributes and logs name it; RestartName its activity.
+const StepRestart, RestartName = "restart", "Restart"
+
+// StepUpgrade is the step as status, search attributes and logs name it; ReleaseUpdateName its activity.
+const StepUpgrade, ReleaseUpdateName = "upgrade", "ReleaseUpdate"
+
+// StepShutdown is the step as status, search attributes and logs name it; ShutdownName its activity.
+const StepShutdown, ShutdownName = "shutdown", "Shutdown"
 
 // Restart asks the server to restart into its new configuration.
 func (a *Activities) Restart(ctx context.Context, in RestartInput) (*MessageResult, error) {

@@ -6,12 +6,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// The step (as the workflow's status, search attributes and log lines name it) and its activity's
-// registered name (the method's).
-const (
-	StepSign          = "sign"
-	SignServerJWTName = "SignServerJWT"
-)
+// StepSign is the step as status, search attributes and logs name it; SignServerJWTName its activity.
+const StepSign, SignServerJWTName = "sign", "SignServerJWT"
 
 // SignServerJWT makes the host's server JWT (ed25519 feature).
 func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (*SignResult, error) {
