@@ -29,6 +29,9 @@ type Activities struct {
 	helpers *HelperSlots // nil: helper runs unbounded
 	// secrets seals the helper's private keys for history (nil: a helper key fails its host)
 	secrets *SecretBox
+	// audit takes every issuance before it is sent (nil: no audit sink)
+	audit         Auditor
+	auditFailOpen bool
 	// refusals logs refused tasks once per reason and interval (nil: every one)
 	refusals *logging.Summary
 }

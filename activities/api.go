@@ -128,15 +128,17 @@ type SignInput struct {
 // ConfigureInput is the configure RPC's payload.
 type ConfigureInput struct {
 	Requested
-	Identity       string            `json:"identity"`
-	Configuration  map[string]string `json:"configuration"`
-	Certificate    string            `json:"certificate,omitempty"`
-	CA             string            `json:"ca,omitempty"`
-	SSLDir         string            `json:"ssldir,omitempty"`
-	Key            string            `json:"key,omitempty"`         // a history recorded before SealedKey: the helper's private key
-	SealedKey      *SealedSecret     `json:"sealed_key,omitempty"`  // the helper's private key, sealed; encrypted for transport by the activity
-	ECDHPublic     string            `json:"ecdh_public,omitempty"` // the server's ecdh_public from the jwt step
-	ServerJWT      string            `json:"server_jwt,omitempty"`
+	Identity      string            `json:"identity"`
+	Configuration map[string]string `json:"configuration"`
+	Certificate   string            `json:"certificate,omitempty"`
+	CA            string            `json:"ca,omitempty"`
+	SSLDir        string            `json:"ssldir,omitempty"`
+	Key           string            `json:"key,omitempty"`         // a history recorded before SealedKey: the helper's private key
+	SealedKey     *SealedSecret     `json:"sealed_key,omitempty"`  // the helper's private key, sealed; encrypted for transport by the activity
+	ECDHPublic    string            `json:"ecdh_public,omitempty"` // the server's ecdh_public from the jwt step
+	ServerJWT     string            `json:"server_jwt,omitempty"`
+	// Signer is the signing key's ID of ServerJWT (SignResult.Signer): the audit entry names it
+	Signer         string            `json:"signer,omitempty"`
 	ActionPolicies map[string]string `json:"action_policies,omitempty"`
 	OPAPolicies    map[string]string `json:"opa_policies,omitempty"`
 	Approval

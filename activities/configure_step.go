@@ -51,6 +51,10 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*Message
 	if len(in.OPAPolicies) > 0 {
 		args["opa_policies"] = anyMap(in.OPAPolicies)
 	}
+	// the issuance is in the audit before the identity leaves
+	if err := a.appendIssuance(ctx, in); err != nil {
+		return nil, err
+	}
 	r, err := a.provision(ctx, in.Identity, "configure", args)
 	if err != nil {
 		return nil, err

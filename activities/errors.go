@@ -22,6 +22,7 @@ const (
 	ErrTypeBadSignature        = "BadNonceSignature" // gen25519 signature does not verify: not retryable
 	ErrTypeHelper              = "HelperError"       // helper failed, timed out or printed garbage: retryable
 	ErrTypeSigning             = "SigningError"      // server JWT could not be made: not retryable
+	ErrTypeAudit               = "AuditUnavailable"  // the audit sink could not take the issuance, so it was not sent: retryable
 	ErrTypeConfig              = "ConfigError"       // the helper's reply cannot be used: not retryable
 	ErrTypeCSR                 = "CSRRejected"       // CSR unparsable, of another name, or denied: not retryable
 	ErrTypeTooLarge            = "InventoryTooLarge" // the server's inventory exceeds MaxInventoryBytes: not retryable

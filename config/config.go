@@ -133,6 +133,7 @@ type Config struct {
 	Temporal           Temporal       `koanf:"temporal"`
 	ChoriaConfig       string         `koanf:"choria_config"` // Choria client config file
 	Renewal            Renewal        `koanf:"renewal"`       // ours: renewing identities before they lapse (config/renewal.go)
+	Audit              Audit          `koanf:"audit"`         // ours: the audit sink outside the namespace (config/audit.go)
 
 	// Parsed forms, filled by Load.
 	IntervalDuration          time.Duration     `koanf:"-"`
@@ -185,6 +186,9 @@ func defaults() map[string]any {
 		// replicas upgraded one at a time: the newest build takes every run's next workflow task
 		// and an older one none (docs/architecture.md, "Upgrading the workflow")
 		"temporal.worker_versioning": true,
+	}
+	for k, v := range auditDefaults() {
+		d[k] = v
 	}
 	for k, v := range renewalDefaults() {
 		d[k] = v
@@ -280,7 +284,7 @@ func (c *Config) validateRates() error {
 }
 
 func (c *Config) validate() error {
-	for _, check := range []func() error{c.validateDurations, c.validateNames, c.validateLimits, c.validateFeatures, c.validateHelper, c.validateRenewal} {
+	for _, check := range []func() error{c.validateDurations, c.validateNames, c.validateLimits, c.validateFeatures, c.validateHelper, c.validateRenewal, c.validateAudit} {
 		if err := check(); err != nil {
 			return err
 		}

@@ -259,7 +259,7 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 		if err := p.step(ctx, StepSign, sign, &signed); err != nil {
 			return err
 		}
-		conf.ServerJWT, signer = signed.JWT, signed.Signer
+		conf.ServerJWT, conf.Signer, signer = signed.JWT, signed.Signer, signed.Signer
 		if exp, capped := activities.SignerCappedExpiry(conf.ServerJWT); capped {
 			p.status.Timeline[len(p.status.Timeline)-1].Note = fmt.Sprintf(
 				"server JWT expires %s, with jwt_signing_token: the validity asked for was longer", exp.UTC().Format(time.RFC3339))
@@ -269,7 +269,7 @@ func (p *provisioner) configure(ctx workflow.Context, f *facts, d *activities.He
 		return err
 	}
 	p.configured = true
-	p.status.Issued = issuedIdentity(workflow.Now(ctx), conf.ServerJWT, signer, conf.Certificate, conf.CA)
+	p.status.Issued = activities.IssuedIdentity(workflow.Now(ctx), conf.ServerJWT, signer, conf.Certificate, conf.CA)
 	return nil
 }
 

@@ -17,6 +17,7 @@ const (
 	FieldSite     = "site"
 	FieldStep     = "step"
 	FieldAttempt  = "attempt"
+	FieldAuditSeq = "audit_seq" // the entry's place in the audit chain
 	// of a refused payload or task
 	FieldReason       = "reason"
 	FieldWorkflowID   = "workflow_id"

@@ -331,20 +331,13 @@ func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client
 	}
 	// pause and resume reach a run only as requests sealed for this queue's control scope
 	wo.Interceptors = append(wo.Interceptors, signalgate.Interceptor(workflows.ControlSignals(signals, s.refusedSignal).Watch))
-	secrets, err := secretBox(s.cfg.SecretsKeyFile)
+	acts, rpcFw, release, err := s.newActivities(fw, tc)
 	if err != nil {
 		return nil, nil, err
 	}
-	set, err := ActivitySettings(s.cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	rpcFw := activities.NewSharedFramework(fw)
-	acts := activities.New(rpcFw, set, s.Metrics, s.log, activities.WithRunHistory(RunHistory{Client: tc}),
-		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)), activities.WithSecretBox(secrets))
 	stopWorkers, err := s.startWorkers(tc, wo, acts)
 	if err != nil {
-		rpcFw.Close()
+		release()
 		return nil, nil, err
 	}
 	if s.cfg.Temporal.WorkerVersioning {
@@ -352,7 +345,37 @@ func (s *Service) runWorker(ctx context.Context, fw *choria.Framework, tc client
 	} else {
 		s.warnUnversioned(ctx, tc)
 	}
-	return func() { stopWorkers(); rpcFw.Close() }, rpcFw, nil
+	return func() { stopWorkers(); release() }, rpcFw, nil
+}
+
+// newActivities builds the worker's activities over their long-lived dependencies: the RPC
+// connection, the secrets box, the audit sink; release lets go of what they hold.
+func (s *Service) newActivities(fw *choria.Framework, tc client.Client) (acts *activities.Activities, rpcFw *activities.SharedFramework, release func(), err error) {
+	secrets, err := secretBox(s.cfg.SecretsKeyFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	set, err := ActivitySettings(s.cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts := []activities.Option{activities.WithRunHistory(RunHistory{Client: tc}),
+		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)), activities.WithSecretBox(secrets)}
+	audit, err := openAudit(s.cfg, auditWriter())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if audit != nil {
+		opts = append(opts, activities.WithAudit(audit, s.cfg.Audit.FailOpen))
+	}
+	rpcFw = activities.NewSharedFramework(fw)
+	release = func() {
+		rpcFw.Close()
+		if audit != nil {
+			_ = audit.Close()
+		}
+	}
+	return activities.New(rpcFw, set, s.Metrics, s.log, opts...), rpcFw, release, nil
 }
 
 // startWorkers starts the worker on the task queue and, with helper_rate_limit, the helper

@@ -1,4 +1,4 @@
-package workflows
+package activities
 
 import (
 	"crypto/ed25519"
@@ -35,10 +35,10 @@ func TestIssuedIdentity(t *testing.T) {
 	jwtExp := at.Add(3 * time.Minute).Truncate(time.Second)
 	tok := signedJWT(t, jwtExp)
 
-	rec := issuedIdentity(at, tok, "ed25519:abcd", "", "")
+	rec := IssuedIdentity(at, tok, "ed25519:abcd", "", "")
 	require.Equal(t, &IdentityRecord{Issued: at, Expires: jwtExp, Signer: "ed25519:abcd"}, rec)
-	require.Nil(t, issuedIdentity(at, "", "", "", ""), "no JWT, no certificate: nothing issued to record")
-	require.Nil(t, issuedIdentity(at, "not.a.jwt", "", "garbage", ""))
+	require.Nil(t, IssuedIdentity(at, "", "", "", ""), "no JWT, no certificate: nothing issued to record")
+	require.Nil(t, IssuedIdentity(at, "not.a.jwt", "", "garbage", ""))
 
 	pki := testpki.New(t, "site CA")
 	leafFile, _ := pki.Leaf(t, "n1", "n1.example", nil) // NotAfter in an hour
@@ -47,16 +47,16 @@ func TestIssuedIdentity(t *testing.T) {
 	require.NotNil(t, parsed)
 	sum := sha256.Sum256(pki.CA.Raw)
 
-	rec = issuedIdentity(at, "", "", cert, ca)
+	rec = IssuedIdentity(at, "", "", cert, ca)
 	require.Equal(t, parsed.NotAfter.UTC(), rec.Expires)
 	require.Equal(t, "sha256:"+hex.EncodeToString(sum[:]), rec.Signer)
 
-	require.Equal(t, jwtExp, issuedIdentity(at, tok, "ed25519:abcd", cert, ca).Expires, "the JWT lapses first")
+	require.Equal(t, jwtExp, IssuedIdentity(at, tok, "ed25519:abcd", cert, ca).Expires, "the JWT lapses first")
 	late := signedJWT(t, parsed.NotAfter.Add(time.Hour))
-	rec = issuedIdentity(at, late, "ed25519:abcd", cert, ca)
+	rec = IssuedIdentity(at, late, "ed25519:abcd", cert, ca)
 	require.Equal(t, parsed.NotAfter.UTC(), rec.Expires, "the certificate lapses first")
 
-	rec = issuedIdentity(at, "", "", cert, "")
+	rec = IssuedIdentity(at, "", "", cert, "")
 	if len(parsed.AuthorityKeyId) > 0 {
 		require.Equal(t, "aki:"+hex.EncodeToString(parsed.AuthorityKeyId), rec.Signer)
 	} else {
