@@ -60,8 +60,15 @@ func (a *auditCommand) run(ctx context.Context) error {
 	}
 	r := &audit.Reader{TaskQueue: cfg.Temporal.TaskQueue, Site: cfg.Site}
 	if !a.noDecisions {
-		if r.DC, _, err = service.DataConverter(cfg); err != nil {
+		dc, cd, err := service.DataConverter(cfg)
+		if err != nil {
 			return fmt.Errorf("the helper's decisions need the codec key (or --no-decisions): %w", err)
+		}
+		// the worker's rules: an answer the worker would not have read is no decision
+		// (temporal.plaintext: nothing is encrypted, so nothing can be checked)
+		r.DC = dc
+		if cd != nil {
+			r.DC = audit.Converter(cd)
 		}
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/codec"
 	"github.com/choria-temporal/provisioner/workflows"
 	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
@@ -90,6 +91,10 @@ func (r *Reader) readDecisions(ctx context.Context, recs []Record) {
 		go func(rec *Record) {
 			defer func() { <-sem; wg.Done() }()
 			d, err := r.decision(ctx, rec.WorkflowID, rec.RunID)
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				rec.Refused = refused.Reason
+			}
 			if err != nil {
 				rec.Note = err.Error()
 				return
@@ -121,15 +126,27 @@ func (r *Reader) decision(ctx context.Context, workflowID, runID string) (Answer
 		}
 		events = append(events, ev)
 	}
-	return LastHelperAnswer(events, r.DC)
+	return LastHelperAnswer(events, r.DC, workflowID, runID)
+}
+
+// Converter is the data converter the audit reads history with: the worker's rules (codec
+// Worker), so a payload not encrypted under the codec key for the host's workflow is refused
+// rather than read as the operators' codec would (which passes plaintext through).
+func Converter(c *codec.Codec) converter.DataConverter {
+	return codec.DataConverter(c.Worker(nil))
 }
 
 // errNoAnswer is a run whose history holds no helper answer (a run made by no provisioner).
 var errNoAnswer = errors.New("no helper answer in the run's history")
 
-// LastHelperAnswer finds the helper's last answer in a run's events: the result of its last
-// RunHelper activity, or, in fast mode, of its last RunHelper local activity (a marker).
-func LastHelperAnswer(events []*historypb.HistoryEvent, dc converter.DataConverter) (Answer, error) {
+// LastHelperAnswer finds the helper's last answer in the events of run runID of workflowID:
+// the result of its last RunHelper activity, or, in fast mode, of its last RunHelper local
+// activity (a marker). Each payload is decoded for the workflow, so with Converter one that is
+// not the workflow's own is a RefusedError (RefusedPayload), and so is an answer sealed as the
+// reply to another run's request or another step's (RefusedReply): a run's helper answer is
+// one its own request received (a reset run asks the helper again before it signs).
+func LastHelperAnswer(events []*historypb.HistoryEvent, dc converter.DataConverter, workflowID, runID string) (Answer, error) {
+	dc = converter.WithDataConverterSerializationContext(dc, converter.WorkflowSerializationContext{WorkflowID: workflowID})
 	helper := map[int64]bool{}
 	var last *historypb.HistoryEvent
 	for _, ev := range events {
@@ -141,7 +158,11 @@ func LastHelperAnswer(events []*historypb.HistoryEvent, dc converter.DataConvert
 		}
 		if m := ev.GetMarkerRecordedEventAttributes(); m.GetMarkerName() == localActivityMarker && m.GetDetails()[markerResult] != nil {
 			var data struct{ ActivityType string }
-			if dc.FromPayloads(m.GetDetails()[markerData], &data) == nil && data.ActivityType == activities.RunHelperName {
+			err := dc.FromPayloads(m.GetDetails()[markerData], &data)
+			if errors.Is(err, codec.ErrRefused) {
+				return Answer{}, &RefusedError{Reason: RefusedPayload, Detail: fmt.Sprintf("local activity marker %d: %v", ev.GetEventId(), err)}
+			}
+			if err == nil && data.ActivityType == activities.RunHelperName {
 				last = ev
 			}
 		}
@@ -154,11 +175,21 @@ func LastHelperAnswer(events []*historypb.HistoryEvent, dc converter.DataConvert
 		result = m.GetDetails()[markerResult]
 	}
 	var a Answer
-	if err := dc.FromPayloads(result, &a); err != nil {
+	err := dc.FromPayloads(result, &a)
+	switch {
+	case errors.Is(err, codec.ErrRefused):
+		return Answer{}, &RefusedError{Reason: RefusedPayload, Detail: fmt.Sprintf("event %d: %v", last.GetEventId(), err)}
+	case err != nil:
 		return Answer{}, fmt.Errorf("decoding the helper's answer (the codec key reads it): %w", err)
+	case sealed(a.Reply) && (a.Reply.RunID != runID || a.Reply.Step != activities.StepHelper):
+		return Answer{}, &RefusedError{Reason: RefusedReply, Detail: fmt.Sprintf(
+			"event %d is sealed as the reply to %s of run %s, not to a helper request of this run %s", last.GetEventId(), a.Reply, a.Reply.RunID, runID)}
 	}
 	return a, nil
 }
+
+// sealed is true for a reply seal that says anything (the activities seal every result).
+func sealed(s activities.Seal) bool { return s.Run != "" || s.RunID != "" || s.Step != "" }
 
 // The SDK's local activity marker: its name and detail keys.
 const (

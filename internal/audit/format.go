@@ -23,6 +23,7 @@ func WriteJSON(w io.Writer, recs []Record) error {
 
 // WriteTable writes the records as a table for a terminal, with the number of issuances last:
 // text of the hosts' or the helper's making without control characters, the message cut short.
+// An issuance whose helper answer was refused reads REFUSED:<why> where its decision would be.
 func WriteTable(w io.Writer, recs []Record) error {
 	tw := tabwriter.NewWriter(w, 0, 2, 2, ' ', 0)
 	fmt.Fprintln(tw, "ISSUED\tIDENTITY\tEXPIRES\tSIGNER\tSOURCE\tDECISION\tMESSAGE\tWORKFLOW\tRUN")
@@ -31,8 +32,12 @@ func WriteTable(w io.Writer, recs []Record) error {
 		if r.Note != "" {
 			msg = "(" + r.Note + ")"
 		}
+		decision := clean(r.Decision)
+		if r.Refused != "" {
+			decision = "REFUSED:" + clean(r.Refused)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", stamp(r.Issued), clean(r.Identity), stamp(r.Expires), clean(r.Signer),
-			clean(r.Source), clean(r.Decision), textsafe.Clean(msg, 80), clean(r.WorkflowID), r.RunID)
+			clean(r.Source), decision, textsafe.Clean(msg, 80), clean(r.WorkflowID), r.RunID)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing the audit: %w", err)
