@@ -41,7 +41,7 @@ func (r *runner) checkHealth(ctx context.Context, cfg *config.Config) {
 			case health.Starting:
 				res.Status, res.Fix = Warn, "the service is starting; ask again"
 			default:
-				res.Status, res.Detail, res.Fix = Fail, fmt.Sprintf("%s since %s: %s", c.State, c.Since.Format("2006-01-02T15:04:05Z07:00"), c.Detail),
+				res.Status, res.Detail, res.Fix = Fail, fmt.Sprintf("%s since %s (the service's log says why: component down)", c.State, c.Since.Format("2006-01-02T15:04:05Z07:00")),
 					"the service's logs say more; the checks below test the same connections from here"
 			}
 			r.emit(res)
