@@ -23,6 +23,8 @@ type auditCommand struct {
 	identity    string
 	json        bool
 	noDecisions bool
+	verify      bool
+	sinkFile    string
 	out         io.Writer
 }
 
@@ -30,15 +32,20 @@ func (a *auditCommand) register(app *fisk.Application) {
 	a.out = os.Stdout
 	cmd := app.Command("audit", "List every identity issued in a window, superseded ones included: identity, issued, expires, signer, the helper's decision, the run, its source")
 	cmd.Flag("config", "Provisioner configuration file (its temporal section, site and codec key are used)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&a.config)
-	cmd.Flag("since", "Start of the window: an RFC 3339 time or a duration ago (24h, 7d)").Required().StringVar(&a.since)
+	cmd.Flag("since", "Start of the window: an RFC 3339 time or a duration ago (24h, 7d); required but with --verify").StringVar(&a.since)
 	cmd.Flag("until", "End of the window (default: now), as --since").StringVar(&a.until)
 	cmd.Flag("identity", "Only this host's issuances").StringVar(&a.identity)
 	cmd.Flag("json", "JSON lines, one issuance an object (for a SIEM)").UnNegatableBoolVar(&a.json)
 	cmd.Flag("no-decisions", "Read visibility only: no history read, no codec key needed, no helper decision or message").UnNegatableBoolVar(&a.noDecisions)
+	cmd.Flag("verify", "Check the audit sink's chain (audit.sink, audit.key_file): every entry's MAC and place; names an entry edited, removed or inserted, and exits 1 on any").UnNegatableBoolVar(&a.verify)
+	cmd.Flag("file", "With --verify: this file of entries instead of audit.file (a copy the log pipeline kept, sink stdout)").StringVar(&a.sinkFile)
 }
 
 func (a *auditCommand) window(now time.Time) (audit.Window, error) {
 	w := audit.Window{Identity: a.identity}
+	if a.since == "" {
+		return w, fmt.Errorf("--since is required (or --verify)")
+	}
 	var err error
 	if w.Since, err = audit.ParseTime(a.since, now); err != nil {
 		return w, err
@@ -50,6 +57,9 @@ func (a *auditCommand) window(now time.Time) (audit.Window, error) {
 }
 
 func (a *auditCommand) run(ctx context.Context) error {
+	if a.verify {
+		return a.verifySink(ctx)
+	}
 	w, err := a.window(time.Now())
 	if err != nil {
 		return err
