@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,7 +178,15 @@ func TestIntegrationShutdownOverDeadBrokerFails(t *testing.T) {
 
 	restarted := make(chan error, 1)
 	go func() { restarted <- e.stack.RestartBroker(15 * time.Second) }()
-	time.Sleep(time.Second) // the broker is gone: the helper's answer now meets a dead connection
+	// the broker is gone (its port refuses): the helper's answer now meets a dead connection
+	brokerAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(e.stack.Broker.Port))
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", brokerAddr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	}, 15*time.Second, 20*time.Millisecond, "the broker stopped")
 	e.setFlag("decide", true)
 
 	d := e.waitOutcome(id, workflows.OutcomeFailed)

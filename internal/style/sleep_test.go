@@ -48,7 +48,6 @@ var sleepExceptions = []sleepException{
 	{"internal/integration/faults_sim_test.go", "env.waitSimDone", 1, "the same, ended at once by a simulator that exited"},
 	{"internal/health/health_test.go", "TestProbeFollowsTheComponent", 1, "polls the report (1000 waits of 1 ms) until the probe loop reaches the awaited state; its owner's to put in a bubble"},
 	// asserts by sleeping, to be converted by the file's owner: waiting on the broker's exit
-	{"internal/integration/pki_test.go", "TestIntegrationShutdownOverDeadBrokerFails", 1, "gives RestartBroker a second to stop the broker before the helper answers; should wait on the broker's exit"},
 }
 
 // sleepSite is one reference to time.Sleep in a test file.
