@@ -32,6 +32,7 @@ type Activities struct {
 	// audit takes every issuance before it is sent (nil: no audit sink)
 	audit         Auditor
 	auditFailOpen bool
+	bans          Bans // nil: no ban list
 	// refusals logs refused tasks once per reason and interval (nil: every one)
 	refusals *logging.Summary
 }

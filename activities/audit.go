@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.uber.org/zap"
@@ -79,4 +81,30 @@ func subjectKey(in ConfigureInput) string {
 	}
 	sum := sha256.Sum256(key)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Bans says which identities are banned (auditlog.Index): the audit's own entries, outside the
+// namespace, authenticated with the audit key.
+type Bans interface {
+	State(ctx context.Context, identity string) (auditlog.HostState, error)
+}
+
+// WithBans refuses to sign or send an identity to a banned host, whatever the helper says.
+func WithBans(b Bans) Option { return func(a *Activities) { a.bans = b } }
+
+// refuseBanned fails closed: a banned host, or a ban list that cannot be read, gets nothing.
+func (a *Activities) refuseBanned(ctx context.Context, identity string) error {
+	if a.bans == nil {
+		return nil
+	}
+	st, err := a.bans.State(ctx, identity)
+	if err != nil {
+		return NewError(ErrTypeAudit, "the ban list (the audit sink) cannot be read: nothing is signed or sent: "+err.Error(), err)
+	}
+	if !st.Banned {
+		return nil
+	}
+	a.metrics.BannedRefused.WithLabelValues(a.set.Site).Inc()
+	return NewError(ErrTypeBanned, fmt.Sprintf("%s is banned (since %s by %s: %s): no identity is issued to it until hosts unban",
+		identity, st.Since.UTC().Format(time.RFC3339), st.By, st.Reason), nil)
 }

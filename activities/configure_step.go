@@ -51,7 +51,10 @@ func (a *Activities) Configure(ctx context.Context, in ConfigureInput) (*Message
 	if len(in.OPAPolicies) > 0 {
 		args["opa_policies"] = anyMap(in.OPAPolicies)
 	}
-	// the issuance is in the audit before the identity leaves
+	// a banned host gets nothing; the issuance is in the audit before the identity leaves
+	if err := a.refuseBanned(ctx, in.Identity); err != nil {
+		return nil, err
+	}
 	if err := a.appendIssuance(ctx, in); err != nil {
 		return nil, err
 	}

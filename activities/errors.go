@@ -23,6 +23,7 @@ const (
 	ErrTypeHelper              = "HelperError"       // helper failed, timed out or printed garbage: retryable
 	ErrTypeSigning             = "SigningError"      // server JWT could not be made: not retryable
 	ErrTypeAudit               = "AuditUnavailable"  // the audit sink could not take the issuance, so it was not sent: retryable
+	ErrTypeBanned              = "Banned"            // the host is banned (hosts ban): not retryable
 	ErrTypeConfig              = "ConfigError"       // the helper's reply cannot be used: not retryable
 	ErrTypeCSR                 = "CSRRejected"       // CSR unparsable, of another name, or denied: not retryable
 	ErrTypeTooLarge            = "InventoryTooLarge" // the server's inventory exceeds MaxInventoryBytes: not retryable
@@ -61,7 +62,7 @@ var (
 // nonRetryable is the one list of error types no retry can cure: NewError marks them so, and
 // the workflow's retry policies name them (NonRetryableErrorTypes).
 var nonRetryable = []string{ErrTypeInvalidJWT, ErrTypeBadSignature, ErrTypeSigning, ErrTypeConfig, ErrTypeNotProvisioning, ErrTypeCSR, ErrTypeTooLarge,
-	ErrTypeRefused, ErrTypeOtherRun, ErrTypeStaleApproval}
+	ErrTypeRefused, ErrTypeOtherRun, ErrTypeStaleApproval, ErrTypeBanned}
 
 // NonRetryableErrorTypes lists the error types a retry policy must not retry.
 func NonRetryableErrorTypes() []string { return append([]string(nil), nonRetryable...) }

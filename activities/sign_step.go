@@ -11,6 +11,9 @@ const StepSign, SignServerJWTName = "sign", "SignServerJWT"
 
 // SignServerJWT makes the host's server JWT (ed25519 feature).
 func (a *Activities) SignServerJWT(ctx context.Context, in SignInput) (*SignResult, error) {
+	if err := a.refuseBanned(ctx, in.Identity); err != nil {
+		return nil, err
+	}
 	s, err := a.signer.Sign(in)
 	if err != nil {
 		return nil, NewError(ErrTypeSigning, err.Error(), err)

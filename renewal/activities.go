@@ -25,6 +25,8 @@ type Activities struct {
 	reprovision func(ctx context.Context, identity string) error
 	renewals    *prometheus.CounterVec // choria_provisioner_renewals_total{site,outcome}
 	log         *zap.Logger
+	// skip says why a host is not to be renewed ("": renew it): banned or retired in the audit
+	skip func(ctx context.Context, identity string) (string, error)
 }
 
 // Deps are what NewActivities needs from the worker's process.
@@ -37,12 +39,14 @@ type Deps struct {
 	RPCTimeout time.Duration // how long the reprovision request waits for its reply
 	Renewals   *prometheus.CounterVec
 	Log        *zap.Logger
+	// Skip says why a host is not to be renewed ("": renew it); nil renews every host found
+	Skip func(ctx context.Context, identity string) (string, error)
 }
 
 // NewActivities binds the steps to d; every outcome's counter starts at 0, so that an alert on
 // its rate sees the first failure.
 func NewActivities(d Deps) *Activities {
-	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log}
+	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log, skip: d.Skip}
 	a.reprovision = func(ctx context.Context, identity string) error {
 		res, err := reprovision.Ask(ctx, d.Fleet, d.Token, []string{identity}, d.RPCTimeout)
 		if err != nil {

@@ -3,6 +3,10 @@ package renewal
 import (
 	"context"
 
+	"go.uber.org/zap"
+
+	"github.com/choria-temporal/provisioner/common/logging"
+
 	"github.com/choria-temporal/provisioner/activities"
 	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
@@ -28,6 +32,18 @@ func (a *Activities) FindExpiring(ctx context.Context, in FindInput) (*FindResul
 	for _, r := range current {
 		if len(out.Hosts) == in.Limit {
 			break
+		}
+		if a.skip != nil {
+			// the audit says the host is banned or retired: its identity is left to lapse
+			why, err := a.skip(ctx, r.HostIdentity())
+			if err != nil {
+				return nil, err // fail closed: renew no one on a list that cannot be read
+			}
+			if why != "" {
+				out.Found--
+				a.log.Info("not renewed", zap.String(logging.FieldIdentity, r.HostIdentity()), zap.String(logging.FieldReason, why))
+				continue
+			}
 		}
 		out.Hosts = append(out.Hosts, Expiring{Identity: r.HostIdentity(), RunID: r.RunID, Expires: r.Expires})
 	}

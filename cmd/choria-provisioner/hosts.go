@@ -96,6 +96,7 @@ func (h *hostsCommand) register(app *fisk.Application) {
 	pause.Flag("reason", "Why, recorded in the control workflow").StringVar(&h.reason)
 	hosts.Command("resume", "Resume provisioning fleet-wide")
 	hosts.Command("paused", "Say whether provisioning is paused")
+	h.registerBans(hosts)
 	h.registerRenewal(hosts, list)
 }
 
@@ -153,6 +154,9 @@ func (h *hostsCommand) operator(ctx context.Context) (*operator.Operator, func()
 func (h *hostsCommand) dispatch(ctx context.Context, cmd string) error {
 	if cmd == "reprovision" {
 		return h.reprovision(ctx)
+	}
+	if isBanCommand(cmd) {
+		return h.banCommand(ctx, cmd)
 	}
 	op, closer, err := h.operator(ctx)
 	if err != nil {

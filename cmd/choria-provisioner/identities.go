@@ -8,6 +8,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/operator"
+	"github.com/choria-temporal/provisioner/internal/service"
 )
 
 // listExpiring is `hosts list --expiring D`: the identities hosts hold now that expire within D.
@@ -22,6 +23,9 @@ func (h *hostsCommand) listExpiring(ctx context.Context, op *operator.Operator) 
 	}
 	hosts, err := op.Expiring(ctx, operator.ExpiringFilter{Within: within, Site: h.filter.Site, Text: h.filter.Text, Limit: h.page.Limit})
 	if err != nil {
+		return err
+	}
+	if hosts, err = h.withoutRetired(ctx, hosts); err != nil {
 		return err
 	}
 	if h.json {
@@ -86,4 +90,31 @@ func inWords(expires, now time.Time) string {
 		return "in " + s
 	}
 	return "expired"
+}
+
+// withoutRetired drops the hosts the audit sink says are gone for good (hosts retire).
+func (h *hostsCommand) withoutRetired(ctx context.Context, hosts []operator.Host) ([]operator.Host, error) {
+	cfg, err := config.LoadForOperator(h.config)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Audit.Sink == "" || cfg.Audit.Sink == "stdout" {
+		return hosts, nil
+	}
+	audit, err := service.OpenAudit(cfg, "operator:"+whoami())
+	if err != nil {
+		return nil, err
+	}
+	defer audit.Close()
+	all, err := audit.Index.All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the audit sink, for the retired hosts: %w", err)
+	}
+	out := hosts[:0:0]
+	for _, x := range hosts {
+		if !all[x.Identity].Retired {
+			out = append(out, x)
+		}
+	}
+	return out, nil
 }

@@ -44,6 +44,8 @@ type Metrics struct {
 	RefusedPayloads *prometheus.CounterVec
 	// ours: issuances the audit sink could not take (their identity not sent, unless fail_open)
 	AuditFailures *prometheus.CounterVec
+	// ours: signatures and configurations refused to banned hosts
+	BannedRefused *prometheus.CounterVec
 	PolicyDrift   *prometheus.CounterVec
 	// ours: sightings discovery refused before anything was queued or started, by reason
 	SightingsRefused *prometheus.CounterVec
@@ -100,6 +102,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		StaleSightings:   counter("stale_sightings", "Sweep sightings dropped: the host was provisioned after the sweep began"),
 		SightingsRefused: counter("sightings_refused_total", "Startup events and discovery replies refused before anything was queued or started, by reason", "reason"),
 		RefusedPayloads:  counter("refused_payloads", "Payloads and tasks the worker refused: not encrypted by its key, written for another workflow, or of a workflow that is not a host's", "reason"),
+		BannedRefused:    counter("banned_refused_total", "Signatures and configurations refused to a banned host (hosts ban), whatever its helper said"),
 		AuditFailures:    counter("audit_failures_total", "Issuances the audit sink could not take: their identity was not sent (unless audit.fail_open)"),
 		PolicyDrift:      counter("policy_drift_total", "Runs that decide with a policy recorded under another configuration than this worker's (a run that outlived a configuration change, a reset run)"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
@@ -143,7 +146,7 @@ func (m *Metrics) zero(site string) {
 	// Provisioner exports discovered, provisioned, waiting_nodes, work_queue_entries and paused:
 	// a dashboard of a fresh or failing site shows 0, not "no data".
 	for _, c := range []*prometheus.CounterVec{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned,
-		m.ProvisionErrors, m.HelperErrors, m.ShutdownRequests, m.StaleSightings, m.AuditFailures} {
+		m.ProvisionErrors, m.HelperErrors, m.ShutdownRequests, m.StaleSightings, m.AuditFailures, m.BannedRefused} {
 		c.WithLabelValues(site).Add(0)
 	}
 	for _, g := range []*prometheus.GaugeVec{m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.ControlUnreadable} {
@@ -157,7 +160,7 @@ func (m *Metrics) zero(site string) {
 
 // register puts every series of m on reg.
 func (m *Metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.AuditFailures, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift, m.Renewals,
+	for _, c := range []prometheus.Collector{m.Discovered, m.EventDiscovered, m.DiscoverCycles, m.DiscoveryErrors, m.Provisioned, m.ProvisionErrors, m.RPCTime, m.RPCErrors, m.HelperTime, m.HelperErrors, m.ShutdownRequests, m.Paused, m.BusyWorkers, m.WorkQueueEntries, m.WaitingNodes, m.DeferredNodes, m.StaleSightings, m.SignerExpiry, m.SightingsRefused, m.RefusedPayloads, m.AuditFailures, m.BannedRefused, m.FailedRuns, m.RefusedSignals, m.ControlUnreadable, m.PolicyDrift, m.Renewals,
 		m.IdentitiesExpiring, m.IdentityNextExpiry, m.RenewalEnabled, m.RenewBeforeSeconds} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)

@@ -44,7 +44,7 @@ func TestSeriesAtZeroOnStart(t *testing.T) {
 		"discovered", "provisioned", "waiting_nodes", "work_queue_entries", "paused",
 		// and the rest without an rpc label
 		"event_discovered", "discover_cycles", "discovery_errors", "provision_errors", "helper_errors",
-		"helper_shutdown_requests", "busy_workers", "stale_sightings", "deferred_nodes", "audit_failures_total",
+		"helper_shutdown_requests", "busy_workers", "stale_sightings", "deferred_nodes", "audit_failures_total", "banned_refused_total",
 		// 0 until the control state cannot be read
 		"control_unreadable",
 	} {

@@ -147,3 +147,37 @@ func TestAnUnwritableStoreFailsTheAppend(t *testing.T) {
 	_, err = l.Append(context.Background(), Entry{Kind: KindIssued, Identity: "n3.example"})
 	require.NoError(t, err, "the file's own writer still appends")
 }
+
+// Two writers of one file (a worker and the operator's command) keep one chain: the one whose
+// view is stale is refused by the file and chains after the other's entry.
+func TestTwoWritersOfOneFileKeepOneChain(t *testing.T) {
+	path, worker := writeChain(t, 2)
+	store, err := OpenFile(path)
+	require.NoError(t, err)
+	operator, err := New(testKey, store, "operator")
+	require.NoError(t, err)
+	_, err = operator.Append(context.Background(), Entry{Kind: KindBanned, Identity: "n1.example", Reason: "stolen"})
+	require.NoError(t, err)
+	e, err := worker.Append(context.Background(), Entry{Kind: KindIssued, Identity: "n2.example"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), e.Seq, "the worker chained after the operator's entry")
+	r := verifyFile(t, path)
+	require.Empty(t, r.Problems)
+
+	x := NewIndex(testKey, ReadFile(path), 0)
+	st, err := x.State(context.Background(), "n1.example")
+	require.NoError(t, err)
+	require.True(t, st.Banned)
+	require.Equal(t, "stolen", st.Reason)
+	// an unban written without the key decides nothing
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	forged, _ := json.Marshal(Entry{Seq: 5, Kind: KindUnbanned, Identity: "n1.example", Prev: e.MAC, MAC: strings.Repeat("f", 64)})
+	_, err = f.Write(append(forged, '\n'))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	st, err = x.State(context.Background(), "n1.example")
+	require.NoError(t, err)
+	require.True(t, st.Banned, "a forged unban lifts nothing")
+	require.Equal(t, 1, x.Unproven())
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // maxEntry bounds one line of the file: an entry is a few hundred bytes.
@@ -33,24 +34,46 @@ func OpenFile(path string) (*FileStore, error) {
 // ReadFile is a FileStore for reading only (audit --verify).
 func ReadFile(path string) *FileStore { return &FileStore{path: path} }
 
-// Last reads the file's last entry.
-func (s *FileStore) Last(ctx context.Context) (*Entry, error) {
-	var last []byte
-	err := s.Each(ctx, func(raw []byte) error {
-		last = append(last[:0], raw...)
-		return nil
-	})
-	if err != nil || last == nil {
-		return nil, err
+// Last reads the file's last entry, from its tail.
+func (s *FileStore) Last(context.Context) (*Entry, error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("audit file: %w", err)
 	}
+	defer f.Close()
+	return lastEntry(f, s.path)
+}
+
+// lastEntry is the last line of f as an entry; nil when f holds none.
+func lastEntry(f *os.File, path string) (*Entry, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("audit file %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("audit file %s: not a regular file", path)
+	}
+	size := st.Size()
+	from := max(size-maxEntry, 0)
+	buf := make([]byte, size-from)
+	if _, err := f.ReadAt(buf, from); err != nil && err != io.EOF {
+		return nil, fmt.Errorf("audit file %s: %w", path, err)
+	}
+	buf = bytes.TrimRight(buf, "\n")
+	if len(buf) == 0 {
+		return nil, nil
+	}
+	line := buf[bytes.LastIndexByte(buf, '\n')+1:]
 	var e Entry
-	if err := json.Unmarshal(last, &e); err != nil {
-		return nil, fmt.Errorf("audit file %s: its last line is not an entry: %w", s.path, err)
+	if err := json.Unmarshal(line, &e); err != nil {
+		return nil, fmt.Errorf("audit file %s: its last line is not an entry: %w", path, err)
 	}
 	return &e, nil
 }
 
-// Write appends e as one line and syncs the file.
+// Write appends e as one line and syncs the file, under an exclusive lock on it: the workers
+// and the operator's commands append to the same file, and an entry that is not the next after
+// the file's last is refused (ErrConflict), so the chain never forks.
 func (s *FileStore) Write(_ context.Context, e Entry) error {
 	if s.f == nil {
 		return fmt.Errorf("audit file %s: opened for reading only", s.path)
@@ -59,6 +82,22 @@ func (s *FileStore) Write(_ context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
+	if err := syscall.Flock(int(s.f.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("audit file %s: locking: %w", s.path, err)
+	}
+	defer syscall.Flock(int(s.f.Fd()), syscall.LOCK_UN)
+	r, err := os.Open(s.path)
+	if err != nil {
+		return fmt.Errorf("audit file: %w", err)
+	}
+	last, err := lastEntry(r, s.path)
+	r.Close()
+	if err != nil {
+		return err
+	}
+	if have := lastSeq(last); have != e.Seq-1 {
+		return fmt.Errorf("%w: the file's last entry is %d, not %d", ErrConflict, have, e.Seq-1)
+	}
 	if _, err := s.f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("audit file %s: %w", s.path, err)
 	}
@@ -66,6 +105,13 @@ func (s *FileStore) Write(_ context.Context, e Entry) error {
 		return fmt.Errorf("audit file %s: %w", s.path, err)
 	}
 	return nil
+}
+
+func lastSeq(e *Entry) uint64 {
+	if e == nil {
+		return 0
+	}
+	return e.Seq
 }
 
 // Each reads the file's lines in order.

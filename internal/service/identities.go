@@ -66,6 +66,7 @@ func (s *Service) refreshIdentities(ctx context.Context, tc client.Client, renew
 	if err != nil {
 		return err
 	}
+	current = s.withoutRetired(ctx, current)
 	for _, w := range windows {
 		n := 0
 		for _, r := range current {
@@ -81,4 +82,24 @@ func (s *Service) refreshIdentities(ctx context.Context, tc client.Client, renew
 	}
 	s.Metrics.IdentityNextExpiry.WithLabelValues(s.cfg.Site).Set(float64(current[0].Expires.Unix()))
 	return nil
+}
+
+// withoutRetired drops the hosts the audit says are gone for good (hosts retire): no alert for
+// an identity nobody holds any more.
+func (s *Service) withoutRetired(ctx context.Context, runs []hostruns.Run) []hostruns.Run {
+	a := s.audit.Load()
+	if a == nil || a.Index == nil {
+		return runs
+	}
+	all, err := a.Index.All(ctx)
+	if err != nil {
+		return runs // counted as held: an unreadable audit hides no identity from the alerts
+	}
+	out := runs[:0:0]
+	for _, r := range runs {
+		if !all[r.HostIdentity()].Retired {
+			out = append(out, r)
+		}
+	}
+	return out
 }

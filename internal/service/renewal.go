@@ -26,6 +26,24 @@ func SetupRenewal(ctx context.Context, c client.Client, cfg *config.Config) (str
 	return renewal.EnsureSchedule(ctx, c, cfg.Temporal.TaskQueue, cfg.Renewal.IntervalDuration, cfg.Renewal.Enabled)
 }
 
+// notRenewed says why the audit keeps a host from renewal: banned or retired ("": renew it).
+func (s *Service) notRenewed(ctx context.Context, identity string) (string, error) {
+	a := s.audit.Load()
+	if a == nil || a.Index == nil {
+		return "", nil
+	}
+	st, err := a.Index.State(ctx, identity)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("the audit's bans cannot be read: %w", err)
+	case st.Banned:
+		return "banned: " + st.Reason, nil
+	case st.Retired:
+		return "retired: " + st.Reason, nil
+	}
+	return "", nil
+}
+
 // registerRenewal registers RenewIdentities on the worker, always: a Schedule run that reaches a
 // replica whose configuration has renewal off completes at once, renewing nothing, rather than
 // waiting for a worker that knows its type. The steps are registered only with renewal on, with
@@ -40,7 +58,7 @@ func (s *Service) registerRenewal(w worker.Worker, tc client.Client) error {
 		return fmt.Errorf("renewal.choria_config: %w", err)
 	}
 	renewal.NewActivities(renewal.Deps{Temporal: tc, Starter: Starter(s.cfg), Fleet: fw, Token: s.cfg.Token,
-		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal")}).Register(w)
+		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal"), Skip: s.notRenewed}).Register(w)
 	s.log.Info("renewal on", zap.String("schedule_id", renewal.ScheduleID(s.cfg.Temporal.TaskQueue)),
 		zap.Duration("renew_before", s.cfg.Renewal.RenewBeforeDuration), zap.Float64("per_minute", s.cfg.Renewal.Rate))
 	return nil

@@ -137,6 +137,8 @@ type Service struct {
 	Health        *health.Monitor
 	HealthAddress string
 	discoverer    atomic.Pointer[discovery.Discoverer]
+	// audit is the worker's audit sink once it runs (nil: none): bans and retirements
+	audit atomic.Pointer[Audit]
 	// refusals logs refused payloads and results once per reason and interval (counters exact)
 	refusals *logging.Summary
 }
@@ -361,12 +363,16 @@ func (s *Service) newActivities(fw *choria.Framework, tc client.Client) (acts *a
 	}
 	opts := []activities.Option{activities.WithRunHistory(RunHistory{Client: tc}),
 		activities.WithHelperSlots(activities.NewHelperSlots(s.cfg.Workers)), activities.WithSecretBox(secrets)}
-	audit, err := openAudit(s.cfg, auditWriter())
+	audit, err := OpenAudit(s.cfg, auditWriter())
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if audit != nil {
-		opts = append(opts, activities.WithAudit(audit, s.cfg.Audit.FailOpen))
+		s.audit.Store(audit)
+		opts = append(opts, activities.WithAudit(audit.Log, s.cfg.Audit.FailOpen))
+		if audit.Index != nil {
+			opts = append(opts, activities.WithBans(audit.Index))
+		}
 	}
 	rpcFw = activities.NewSharedFramework(fw)
 	release = func() {

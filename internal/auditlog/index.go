@@ -1,0 +1,106 @@
+package auditlog
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+)
+
+// HostState is what the audit says of one identity now: its ban or retirement and its latest
+// issuance.
+type HostState struct {
+	Identity  string    `json:"identity"`
+	Banned    bool      `json:"banned"`
+	Retired   bool      `json:"retired"`
+	Reason    string    `json:"reason,omitempty"` // of the ban or retirement
+	By        string    `json:"by,omitempty"`
+	Since     time.Time `json:"since,omitzero"` // of the ban or retirement
+	Issued    time.Time `json:"issued,omitzero"`
+	Expires   time.Time `json:"expires,omitzero"`
+	LastRunID string    `json:"last_run_id,omitempty"`
+}
+
+// Index is the audit read as each identity's state, from the entries whose MAC verifies only:
+// an entry written without the key (a forged unban) decides nothing, and is counted.
+type Index struct {
+	key   []byte
+	store Store
+	every time.Duration
+
+	mu       sync.Mutex
+	read     time.Time
+	hosts    map[string]HostState
+	unproven int
+}
+
+// NewIndex reads store at most once per every (0: at every look).
+func NewIndex(key []byte, store Store, every time.Duration) *Index {
+	return &Index{key: key, store: store, every: every}
+}
+
+// State is identity's state, the store read again when it was read longer ago than the index's
+// interval. An error means the audit could not be read: the caller fails closed.
+func (x *Index) State(ctx context.Context, identity string) (HostState, error) {
+	hosts, err := x.all(ctx)
+	if err != nil {
+		return HostState{}, err
+	}
+	st, ok := hosts[identity]
+	if !ok {
+		st.Identity = identity
+	}
+	return st, nil
+}
+
+// All is every identity the audit names.
+func (x *Index) All(ctx context.Context) (map[string]HostState, error) { return x.all(ctx) }
+
+// Unproven is how many entries of the last read did not verify under the key.
+func (x *Index) Unproven() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.unproven
+}
+
+func (x *Index) all(ctx context.Context) (map[string]HostState, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.hosts != nil && x.every > 0 && time.Since(x.read) < x.every {
+		return x.hosts, nil
+	}
+	hosts := map[string]HostState{}
+	unproven := 0
+	err := x.store.Each(ctx, func(raw []byte) error {
+		var e Entry
+		if json.Unmarshal(raw, &e) != nil || macOf(x.key, e) != e.MAC {
+			unproven++
+			return nil
+		}
+		if e.Identity == "" {
+			return nil
+		}
+		st := hosts[e.Identity]
+		st.Identity = e.Identity
+		switch e.Kind {
+		case KindIssued:
+			st.Issued, st.Expires, st.LastRunID = e.Time, e.Expires, e.RunID
+		case KindBanned:
+			st.Banned, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
+		case KindUnbanned:
+			st.Banned, st.Reason, st.By, st.Since = false, e.Reason, e.By, e.Time
+		case KindRetired:
+			st.Retired, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
+		}
+		if e.Kind == KindIssued && st.Retired {
+			st.Retired = false // issued again after its retirement: it is back
+		}
+		hosts[e.Identity] = st
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	x.hosts, x.read, x.unproven = hosts, time.Now(), unproven
+	return hosts, nil
+}
