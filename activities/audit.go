@@ -39,7 +39,7 @@ func (a *Activities) appendIssuance(ctx context.Context, in ConfigureInput) erro
 	if rec == nil {
 		return nil // nothing with an expiry is sent: no identity
 	}
-	e := auditlog.Entry{Kind: auditlog.KindIssued, Identity: in.Identity, Workflow: info.WorkflowExecution.ID,
+	e := auditlog.Entry{Kind: auditlog.KindIssued, Identity: in.Identity, Site: a.set.Site, Workflow: info.WorkflowExecution.ID,
 		RunID: info.WorkflowExecution.RunID, Signer: rec.Signer, Expires: rec.Expires, Subject: subjectKey(in)}
 	written, err := a.audit.Append(ctx, e)
 	if err == nil {

@@ -3,6 +3,7 @@ package renewal
 import (
 	"context"
 	"fmt"
+	"github.com/choria-temporal/provisioner/internal/auditlog"
 	"time"
 
 	"github.com/choria-io/go-choria/inter"
@@ -27,6 +28,16 @@ type Activities struct {
 	log         *zap.Logger
 	// skip says why a host is not to be renewed ("": renew it): banned or retired in the audit
 	skip func(ctx context.Context, identity string) (string, error)
+	// records are the identities by the audit sink, when the worker has one: what renewal finds
+	// there outlives every run's retention, and no namespace writer can preset it
+	records     Records
+	renewBefore time.Duration // renewal.renew_before: with records, Renew checks the host is due
+}
+
+// Records lists the identities hosts hold by the audit sink (auditlog.Index).
+type Records interface {
+	Expiring(ctx context.Context, before time.Time, site string) ([]auditlog.HostState, error)
+	State(ctx context.Context, identity string) (auditlog.HostState, error)
 }
 
 // Deps are what NewActivities needs from the worker's process.
@@ -41,12 +52,16 @@ type Deps struct {
 	Log        *zap.Logger
 	// Skip says why a host is not to be renewed ("": renew it); nil renews every host found
 	Skip func(ctx context.Context, identity string) (string, error)
+	// Records, when set, is where renewal finds the identities (else Temporal's visibility),
+	// and what Renew checks a host against before it asks it anything
+	Records     Records
+	RenewBefore time.Duration
 }
 
 // NewActivities binds the steps to d; every outcome's counter starts at 0, so that an alert on
 // its rate sees the first failure.
 func NewActivities(d Deps) *Activities {
-	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log, skip: d.Skip}
+	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log, skip: d.Skip, records: d.Records, renewBefore: d.RenewBefore}
 	a.reprovision = func(ctx context.Context, identity string) error {
 		res, err := reprovision.Ask(ctx, d.Fleet, d.Token, []string{identity}, d.RPCTimeout)
 		if err != nil {

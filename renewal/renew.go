@@ -34,6 +34,9 @@ func (a *Activities) Renew(ctx context.Context, in RenewInput) (*HostRenewal, er
 	if err := workflows.ValidateIdentity(h.Identity); err != nil {
 		return nil, a.refused(h, fmt.Errorf("not renewed: %w", err))
 	}
+	if err := a.due(ctx, h.Identity, time.Now()); err != nil {
+		return nil, err
+	}
 	done := HostRenewal{Identity: h.Identity, RunID: h.RunID, Expires: h.Expires, Expired: !h.Expires.After(in.Now), At: time.Now().UTC()}
 	err := a.reprovision(ctx, h.Identity)
 	switch {
@@ -74,4 +77,26 @@ func (a *Activities) unreachable(ctx context.Context, h Expiring, err error) err
 			zap.Int32(logging.FieldAttempt, info.Attempt), zap.Error(err))
 	}
 	return temporal.NewApplicationError(fmt.Sprintf("the server did not answer the reprovision request: %v", err), ErrTypeUnreachable)
+}
+
+// due refuses to renew a host the records say is not due: its recorded identity expires beyond
+// renew_before, or it is banned or retired, whatever the task's input says (an input copied from
+// an earlier renewal run, a run started at will). Without records, the input is the finding.
+func (a *Activities) due(ctx context.Context, identity string, now time.Time) error {
+	if a.records == nil {
+		return nil
+	}
+	st, err := a.records.State(ctx, identity)
+	h := Expiring{Identity: identity}
+	switch {
+	case err != nil:
+		return temporal.NewApplicationError(fmt.Sprintf("the audit sink's records cannot be read: %v", err), ErrTypeUnreachable)
+	case st.Banned || st.Retired:
+		return a.refused(h, fmt.Errorf("not renewed: banned or retired (%s)", st.Reason))
+	case st.Expires.IsZero():
+		return a.refused(h, fmt.Errorf("not renewed: the audit records no identity issued to it"))
+	case st.Expires.After(now.Add(a.renewBefore)):
+		return a.refused(h, fmt.Errorf("not renewed: its identity expires %s, beyond renew_before", st.Expires.UTC().Format(time.RFC3339)))
+	}
+	return nil
 }

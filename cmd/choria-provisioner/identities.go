@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,11 +22,11 @@ func (h *hostsCommand) listExpiring(ctx context.Context, op *operator.Operator) 
 		// an identity is a provisioned run's: outcome and step are given, and the listing is one page
 		return fmt.Errorf("%w: --expiring goes with --site, --text and --limit only", operator.ErrBadFilter)
 	}
-	hosts, err := op.Expiring(ctx, operator.ExpiringFilter{Within: within, Site: h.filter.Site, Text: h.filter.Text, Limit: h.page.Limit})
-	if err != nil {
-		return err
+	hosts, err := h.recordedExpiring(ctx, within)
+	if err == nil && hosts == nil {
+		hosts, err = op.Expiring(ctx, operator.ExpiringFilter{Within: within, Site: h.filter.Site, Text: h.filter.Text, Limit: h.page.Limit})
 	}
-	if hosts, err = h.withoutRetired(ctx, hosts); err != nil {
+	if err != nil {
 		return err
 	}
 	if h.json {
@@ -92,29 +93,35 @@ func inWords(expires, now time.Time) string {
 	return "expired"
 }
 
-// withoutRetired drops the hosts the audit sink says are gone for good (hosts retire).
-func (h *hostsCommand) withoutRetired(ctx context.Context, hosts []operator.Host) ([]operator.Host, error) {
+// recordedExpiring is the --expiring listing from the audit sink's records, when the
+// configuration has a sink that reads back: every identity a host holds that the provisioner
+// issued, however long ago its run was deleted, retired hosts left out. nil without such a sink.
+func (h *hostsCommand) recordedExpiring(ctx context.Context, within time.Duration) ([]operator.Host, error) {
 	cfg, err := config.LoadForOperator(h.config)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Audit.Sink == "" || cfg.Audit.Sink == "stdout" {
-		return hosts, nil
+		return nil, nil
 	}
 	audit, err := service.OpenAudit(cfg, "operator:"+whoami())
 	if err != nil {
 		return nil, err
 	}
 	defer audit.Close()
-	all, err := audit.Index.All(ctx)
+	recs, err := audit.Index.Expiring(ctx, time.Now().Add(within), h.filter.Site)
 	if err != nil {
-		return nil, fmt.Errorf("the audit sink, for the retired hosts: %w", err)
+		return nil, fmt.Errorf("the audit sink's records: %w", err)
 	}
-	out := hosts[:0:0]
-	for _, x := range hosts {
-		if !all[x.Identity].Retired {
-			out = append(out, x)
+	out := []operator.Host{}
+	for _, r := range recs {
+		if h.filter.Text != "" && !strings.Contains(r.Identity, h.filter.Text) {
+			continue
 		}
+		if h.page.Limit > 0 && len(out) == h.page.Limit {
+			break
+		}
+		out = append(out, operator.Host{Identity: r.Identity, IdentityIssued: r.Issued, IdentityExpires: r.Expires, IdentitySigner: r.Signer})
 	}
 	return out, nil
 }

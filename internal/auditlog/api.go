@@ -28,6 +28,7 @@ type Entry struct {
 	Time     time.Time `json:"time"`
 	Kind     string    `json:"kind"`
 	Identity string    `json:"identity,omitempty"`
+	Site     string    `json:"site,omitempty"` // the issuing worker's site
 	Workflow string    `json:"workflow,omitempty"` // the workflow the run belongs to
 	RunID    string    `json:"run_id,omitempty"`   // the run that asked for it
 	Signer   string    `json:"signer,omitempty"`   // the signer's public key ID or CA fingerprint

@@ -3,6 +3,7 @@ package auditlog
 import (
 	"context"
 	"encoding/json"
+	"sort"
 	"sync"
 	"time"
 )
@@ -16,6 +17,8 @@ type HostState struct {
 	Reason    string    `json:"reason,omitempty"` // of the ban or retirement
 	By        string    `json:"by,omitempty"`
 	Since     time.Time `json:"since,omitzero"` // of the ban or retirement
+	Site      string    `json:"site,omitempty"`
+	Signer    string    `json:"signer,omitempty"`
 	Issued    time.Time `json:"issued,omitzero"`
 	Expires   time.Time `json:"expires,omitzero"`
 	LastRunID string    `json:"last_run_id,omitempty"`
@@ -84,7 +87,7 @@ func (x *Index) all(ctx context.Context) (map[string]HostState, error) {
 		st.Identity = e.Identity
 		switch e.Kind {
 		case KindIssued:
-			st.Issued, st.Expires, st.LastRunID = e.Time, e.Expires, e.RunID
+			st.Issued, st.Expires, st.LastRunID, st.Signer, st.Site = e.Time, e.Expires, e.RunID, e.Signer, e.Site
 		case KindBanned:
 			st.Banned, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
 		case KindUnbanned:
@@ -103,4 +106,28 @@ func (x *Index) all(ctx context.Context) (map[string]HostState, error) {
 	}
 	x.hosts, x.read, x.unproven = hosts, time.Now(), unproven
 	return hosts, nil
+}
+
+// Expiring is every identity a host holds by the audit (issued, not retired since) that expires
+// before before, of site (every site when empty), the soonest first: the identity record, as
+// long-lived as the sink's entries, whatever Temporal's retention deleted.
+func (x *Index) Expiring(ctx context.Context, before time.Time, site string) ([]HostState, error) {
+	all, err := x.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []HostState
+	for _, st := range all {
+		if st.Retired || st.Expires.IsZero() || !st.Expires.Before(before) || (site != "" && st.Site != site) {
+			continue
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Expires.Equal(out[j].Expires) {
+			return out[i].Expires.Before(out[j].Expires)
+		}
+		return out[i].Identity < out[j].Identity
+	})
+	return out, nil
 }

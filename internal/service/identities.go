@@ -62,44 +62,48 @@ func (s *Service) refreshIdentities(ctx context.Context, tc client.Client, renew
 	if err != nil {
 		return err
 	}
-	current, err := hostruns.Current(ctx, tc, query)
+	expiries, err := s.expiries(ctx, tc, query, now.Add(widest))
 	if err != nil {
 		return err
 	}
-	current = s.withoutRetired(ctx, current)
 	for _, w := range windows {
 		n := 0
-		for _, r := range current {
-			if r.Expires.Before(now.Add(w.d)) {
+		for _, exp := range expiries {
+			if exp.Before(now.Add(w.d)) {
 				n++
 			}
 		}
 		s.Metrics.IdentitiesExpiring.WithLabelValues(s.cfg.Site, w.label).Set(float64(n))
 	}
-	if len(current) == 0 {
+	if len(expiries) == 0 {
 		s.Metrics.IdentityNextExpiry.DeleteLabelValues(s.cfg.Site)
 		return nil
 	}
-	s.Metrics.IdentityNextExpiry.WithLabelValues(s.cfg.Site).Set(float64(current[0].Expires.Unix()))
+	s.Metrics.IdentityNextExpiry.WithLabelValues(s.cfg.Site).Set(float64(expiries[0].Unix()))
 	return nil
 }
 
-// withoutRetired drops the hosts the audit says are gone for good (hosts retire): no alert for
-// an identity nobody holds any more.
-func (s *Service) withoutRetired(ctx context.Context, runs []hostruns.Run) []hostruns.Run {
-	a := s.audit.Load()
-	if a == nil || a.Index == nil {
-		return runs
-	}
-	all, err := a.Index.All(ctx)
-	if err != nil {
-		return runs // counted as held: an unreadable audit hides no identity from the alerts
-	}
-	out := runs[:0:0]
-	for _, r := range runs {
-		if !all[r.HostIdentity()].Retired {
-			out = append(out, r)
+// expiries are the expiries, soonest first, of the identities hosts hold that lapse before
+// before: by the audit sink's records when this worker has them (retired hosts left out), else
+// by each host's latest run.
+func (s *Service) expiries(ctx context.Context, tc client.Client, query string, before time.Time) ([]time.Time, error) {
+	var out []time.Time
+	if a := s.audit.Load(); a != nil && a.Index != nil {
+		recs, err := a.Index.Expiring(ctx, before, s.cfg.Site)
+		if err != nil {
+			return nil, err
 		}
+		for _, r := range recs {
+			out = append(out, r.Expires)
+		}
+		return out, nil
 	}
-	return out
+	current, err := hostruns.Current(ctx, tc, query)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range current {
+		out = append(out, r.Expires)
+	}
+	return out, nil
 }

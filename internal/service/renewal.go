@@ -57,8 +57,12 @@ func (s *Service) registerRenewal(w worker.Worker, tc client.Client) error {
 	if err != nil {
 		return fmt.Errorf("renewal.choria_config: %w", err)
 	}
-	renewal.NewActivities(renewal.Deps{Temporal: tc, Starter: Starter(s.cfg), Fleet: fw, Token: s.cfg.Token,
-		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal"), Skip: s.notRenewed}).Register(w)
+	deps := renewal.Deps{Temporal: tc, Starter: Starter(s.cfg), Fleet: fw, Token: s.cfg.Token,
+		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal"), Skip: s.notRenewed}
+	if a := s.audit.Load(); a != nil && a.Index != nil {
+		deps.Records, deps.RenewBefore = a.Index, s.cfg.Renewal.RenewBeforeDuration // the identities as the audit holds them, whatever the runs' retention
+	}
+	renewal.NewActivities(deps).Register(w)
 	s.log.Info("renewal on", zap.String("schedule_id", renewal.ScheduleID(s.cfg.Temporal.TaskQueue)),
 		zap.Duration("renew_before", s.cfg.Renewal.RenewBeforeDuration), zap.Float64("per_minute", s.cfg.Renewal.Rate))
 	return nil
