@@ -28,7 +28,7 @@ type Entry struct {
 	Time     time.Time `json:"time"`
 	Kind     string    `json:"kind"`
 	Identity string    `json:"identity,omitempty"`
-	Site     string    `json:"site,omitempty"` // the issuing worker's site
+	Site     string    `json:"site,omitempty"`     // the issuing worker's site
 	Workflow string    `json:"workflow,omitempty"` // the workflow the run belongs to
 	RunID    string    `json:"run_id,omitempty"`   // the run that asked for it
 	Signer   string    `json:"signer,omitempty"`   // the signer's public key ID or CA fingerprint
@@ -54,6 +54,9 @@ type Store interface {
 
 // ErrConflict: another writer appended the entry of that sequence number first.
 var ErrConflict = errors.New("another writer appended that entry first")
+
+// ErrRewound: the store holds less than a reader had read (a file rotated): read it again whole.
+var ErrRewound = errors.New("the audit store was replaced: read it again from its start")
 
 // ErrUnwritable: the sink could not take the entry; the identity it records is not sent.
 var ErrUnwritable = errors.New("the audit sink cannot be written")

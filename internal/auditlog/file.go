@@ -116,28 +116,49 @@ func lastSeq(e *Entry) uint64 {
 
 // Each reads the file's lines in order.
 func (s *FileStore) Each(ctx context.Context, fn func(raw []byte) error) error {
-	f, err := os.Open(s.path)
-	if err != nil {
-		return fmt.Errorf("audit file: %w", err)
-	}
-	defer f.Close()
-	return eachLine(ctx, f, fn)
+	_, err := s.EachFrom(ctx, 0, fn)
+	return err
 }
 
-func eachLine(ctx context.Context, r io.Reader, fn func(raw []byte) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), maxEntry)
-	for sc.Scan() {
+// EachFrom reads the complete lines after byte offset from and returns the offset after the
+// last of them: a reader that keeps it reads only what was appended since (Index). A file
+// shorter than from was replaced (rotated): it returns ErrRewound.
+func (s *FileStore) EachFrom(ctx context.Context, from int64, fn func(raw []byte) error) (int64, error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return from, fmt.Errorf("audit file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return from, fmt.Errorf("audit file %s: %w", s.path, err)
+	}
+	if st.Size() < from {
+		return 0, ErrRewound
+	}
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return from, fmt.Errorf("audit file %s: %w", s.path, err)
+	}
+	r := bufio.NewReaderSize(f, 64<<10)
+	at := from
+	for {
 		if err := ctx.Err(); err != nil {
-			return err
+			return at, err
 		}
-		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+		line, err := r.ReadSlice('\n')
+		if err == io.EOF {
+			return at, nil // a line not yet ended is read once it is
+		}
+		if err != nil {
+			return at, fmt.Errorf("audit file %s: %w", s.path, err)
+		}
+		at += int64(len(line))
+		if line = bytes.TrimSpace(line); len(line) > 0 {
 			if err := fn(line); err != nil {
-				return err
+				return at, err
 			}
 		}
 	}
-	return sc.Err()
 }
 
 // Close closes the file.

@@ -3,6 +3,7 @@ package auditlog
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ type Index struct {
 	read     time.Time
 	hosts    map[string]HostState
 	unproven int
+	offset   int64 // how far a store that tails (a file) has been read
 }
 
 // NewIndex reads store at most once per every (0: at every look).
@@ -72,40 +74,56 @@ func (x *Index) all(ctx context.Context) (map[string]HostState, error) {
 	if x.hosts != nil && x.every > 0 && time.Since(x.read) < x.every {
 		return x.hosts, nil
 	}
-	hosts := map[string]HostState{}
-	unproven := 0
-	err := x.store.Each(ctx, func(raw []byte) error {
-		var e Entry
-		if json.Unmarshal(raw, &e) != nil || macOf(x.key, e) != e.MAC {
-			unproven++
-			return nil
-		}
-		if e.Identity == "" {
-			return nil
-		}
-		st := hosts[e.Identity]
-		st.Identity = e.Identity
-		switch e.Kind {
-		case KindIssued:
-			st.Issued, st.Expires, st.LastRunID, st.Signer, st.Site = e.Time, e.Expires, e.RunID, e.Signer, e.Site
-		case KindBanned:
-			st.Banned, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
-		case KindUnbanned:
-			st.Banned, st.Reason, st.By, st.Since = false, e.Reason, e.By, e.Time
-		case KindRetired:
-			st.Retired, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
-		}
-		if e.Kind == KindIssued && st.Retired {
-			st.Retired = false // issued again after its retirement: it is back
-		}
-		hosts[e.Identity] = st
-		return nil
+	tail, ok := x.store.(interface {
+		EachFrom(ctx context.Context, from int64, fn func(raw []byte) error) (int64, error)
 	})
+	if !ok || x.hosts == nil {
+		x.hosts, x.unproven, x.offset = map[string]HostState{}, 0, 0
+	}
+	var err error
+	if ok {
+		// what was appended since the last read only: the index follows the file's end
+		x.offset, err = tail.EachFrom(ctx, x.offset, x.apply)
+		if errors.Is(err, ErrRewound) {
+			x.hosts, x.unproven = map[string]HostState{}, 0
+			x.offset, err = tail.EachFrom(ctx, 0, x.apply)
+		}
+	} else {
+		err = x.store.Each(ctx, x.apply)
+	}
 	if err != nil {
+		x.hosts = nil // read again whole next time
 		return nil, err
 	}
-	x.hosts, x.read, x.unproven = hosts, time.Now(), unproven
-	return hosts, nil
+	x.read = time.Now()
+	return x.hosts, nil
+}
+
+// apply takes one entry into the index, when its MAC verifies.
+func (x *Index) apply(raw []byte) error {
+	var e Entry
+	if json.Unmarshal(raw, &e) != nil || macOf(x.key, e) != e.MAC {
+		x.unproven++
+		return nil
+	}
+	if e.Identity == "" {
+		return nil
+	}
+	st := x.hosts[e.Identity]
+	st.Identity = e.Identity
+	switch e.Kind {
+	case KindIssued:
+		st.Issued, st.Expires, st.LastRunID, st.Signer, st.Site = e.Time, e.Expires, e.RunID, e.Signer, e.Site
+		st.Retired = false // issued again after its retirement: it is back
+	case KindBanned:
+		st.Banned, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
+	case KindUnbanned:
+		st.Banned, st.Reason, st.By, st.Since = false, e.Reason, e.By, e.Time
+	case KindRetired:
+		st.Retired, st.Reason, st.By, st.Since = true, e.Reason, e.By, e.Time
+	}
+	x.hosts[e.Identity] = st
+	return nil
 }
 
 // Expiring is every identity a host holds by the audit (issued, not retired since) that expires
