@@ -99,6 +99,7 @@ func (a *Activities) refuseBanned(ctx context.Context, identity string) error {
 	}
 	st, err := a.bans.State(ctx, identity)
 	if err != nil {
+		a.metrics.AuditFailures.WithLabelValues(a.set.Site).Inc()
 		return NewError(ErrTypeAudit, "the ban list (the audit sink) cannot be read: nothing is signed or sent: "+err.Error(), err)
 	}
 	if !st.Banned {

@@ -2,6 +2,7 @@ package renewal
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -47,19 +48,36 @@ func (a *Activities) FindExpiring(ctx context.Context, in FindInput) (*FindResul
 }
 
 // expiring is the identities expiring before before, the soonest first: from the audit sink's
-// records when the worker has them, else from each host's latest run in Temporal's visibility.
+// records when the worker has them, with the hosts the sink has no issuance of (issued before it
+// was turned on) from their latest runs; else from each host's latest run in visibility.
 func (a *Activities) expiring(ctx context.Context, before time.Time) ([]Expiring, error) {
-	if a.records != nil {
-		recs, err := a.records.Expiring(ctx, before, a.starter.Site)
+	runs, err := a.runsExpiring(ctx, before)
+	if err != nil || a.records == nil {
+		return runs, err
+	}
+	recs, err := a.records.Expiring(ctx, before, a.starter.Site)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Expiring, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, Expiring{Identity: r.Identity, RunID: r.LastRunID, Expires: r.Expires})
+	}
+	for _, r := range runs {
+		st, err := a.records.State(ctx, r.Identity)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]Expiring, len(recs))
-		for i, r := range recs {
-			out[i] = Expiring{Identity: r.Identity, RunID: r.LastRunID, Expires: r.Expires}
+		if st.Issued.IsZero() && !st.Retired {
+			out = append(out, r) // not in the sink: its run is its record until it is renewed
 		}
-		return out, nil
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Expires.Before(out[j].Expires) })
+	return out, nil
+}
+
+// runsExpiring is the identities of each host's latest run that expire before before.
+func (a *Activities) runsExpiring(ctx context.Context, before time.Time) ([]Expiring, error) {
 	query, err := hostruns.IssuedQuery(a.starter.TaskQueue, a.starter.Site, hostruns.ExpiresBefore(before))
 	if err != nil {
 		return nil, err

@@ -81,7 +81,8 @@ func (a *Activities) unreachable(ctx context.Context, h Expiring, err error) err
 
 // due refuses to renew a host the records say is not due: its recorded identity expires beyond
 // renew_before, or it is banned or retired, whatever the task's input says (an input copied from
-// an earlier renewal run, a run started at will). Without records, the input is the finding.
+// an earlier renewal run, a run started at will). Without records, or for a host the sink has
+// no issuance of yet, the input is the finding.
 func (a *Activities) due(ctx context.Context, identity string, now time.Time) error {
 	if a.records == nil {
 		return nil
@@ -93,8 +94,8 @@ func (a *Activities) due(ctx context.Context, identity string, now time.Time) er
 		return temporal.NewApplicationError(fmt.Sprintf("the audit sink's records cannot be read: %v", err), ErrTypeUnreachable)
 	case st.Banned || st.Retired:
 		return a.refused(h, fmt.Errorf("not renewed: banned or retired (%s)", st.Reason))
-	case st.Expires.IsZero():
-		return a.refused(h, fmt.Errorf("not renewed: the audit records no identity issued to it"))
+	case st.Issued.IsZero():
+		return nil // issued before the sink was on: its run's record decided (FindExpiring)
 	case st.Expires.After(now.Add(a.renewBefore)):
 		return a.refused(h, fmt.Errorf("not renewed: its identity expires %s, beyond renew_before", st.Expires.UTC().Format(time.RFC3339)))
 	}

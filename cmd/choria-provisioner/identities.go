@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,11 +23,11 @@ func (h *hostsCommand) listExpiring(ctx context.Context, op *operator.Operator) 
 		// an identity is a provisioned run's: outcome and step are given, and the listing is one page
 		return fmt.Errorf("%w: --expiring goes with --site, --text and --limit only", operator.ErrBadFilter)
 	}
-	hosts, err := h.recordedExpiring(ctx, within)
-	if err == nil && hosts == nil {
-		hosts, err = op.Expiring(ctx, operator.ExpiringFilter{Within: within, Site: h.filter.Site, Text: h.filter.Text, Limit: h.page.Limit})
-	}
+	hosts, err := op.Expiring(ctx, operator.ExpiringFilter{Within: within, Site: h.filter.Site, Text: h.filter.Text, Limit: h.page.Limit})
 	if err != nil {
+		return err
+	}
+	if hosts, err = h.recordedExpiring(ctx, within, hosts); err != nil {
 		return err
 	}
 	if h.json {
@@ -95,14 +96,15 @@ func inWords(expires, now time.Time) string {
 
 // recordedExpiring is the --expiring listing from the audit sink's records, when the
 // configuration has a sink that reads back: every identity a host holds that the provisioner
-// issued, however long ago its run was deleted, retired hosts left out. nil without such a sink.
-func (h *hostsCommand) recordedExpiring(ctx context.Context, within time.Duration) ([]operator.Host, error) {
+// issued, however long ago its run was deleted, retired hosts left out, and of runs the hosts
+// the sink has no issuance of (issued before it was on). runs as they are without such a sink.
+func (h *hostsCommand) recordedExpiring(ctx context.Context, within time.Duration, runs []operator.Host) ([]operator.Host, error) {
 	cfg, err := config.LoadForOperator(h.config)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Audit.Sink == "" || cfg.Audit.Sink == "stdout" {
-		return nil, nil
+		return runs, nil
 	}
 	audit, err := service.OpenAudit(cfg, "operator:"+whoami())
 	if err != nil {
@@ -113,15 +115,24 @@ func (h *hostsCommand) recordedExpiring(ctx context.Context, within time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("the audit sink's records: %w", err)
 	}
+	all, err := audit.Index.All(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the audit sink's records: %w", err)
+	}
 	out := []operator.Host{}
 	for _, r := range recs {
-		if h.filter.Text != "" && !strings.Contains(r.Identity, h.filter.Text) {
-			continue
+		if h.filter.Text == "" || strings.Contains(r.Identity, h.filter.Text) {
+			out = append(out, operator.Host{Identity: r.Identity, IdentityIssued: r.Issued, IdentityExpires: r.Expires, IdentitySigner: r.Signer})
 		}
-		if h.page.Limit > 0 && len(out) == h.page.Limit {
-			break
+	}
+	for _, x := range runs {
+		if st := all[x.Identity]; st.Issued.IsZero() && !st.Retired {
+			out = append(out, x)
 		}
-		out = append(out, operator.Host{Identity: r.Identity, IdentityIssued: r.Issued, IdentityExpires: r.Expires, IdentitySigner: r.Signer})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].IdentityExpires.Before(out[j].IdentityExpires) })
+	if h.page.Limit > 0 && len(out) > h.page.Limit {
+		out = out[:h.page.Limit]
 	}
 	return out, nil
 }

@@ -103,7 +103,7 @@ func New(reg prometheus.Registerer, site string) (*Metrics, error) {
 		SightingsRefused: counter("sightings_refused_total", "Startup events and discovery replies refused before anything was queued or started, by reason", "reason"),
 		RefusedPayloads:  counter("refused_payloads", "Payloads and tasks the worker refused: not encrypted by its key, written for another workflow, or of a workflow that is not a host's", "reason"),
 		BannedRefused:    counter("banned_refused_total", "Signatures and configurations refused to a banned host (hosts ban), whatever its helper said"),
-		AuditFailures:    counter("audit_failures_total", "Issuances the audit sink could not take: their identity was not sent (unless audit.fail_open)"),
+		AuditFailures:    counter("audit_failures_total", "Issuances the audit sink could not take, and ban checks that could not read it: their identity was not signed or sent (unless audit.fail_open, for issuances)"),
 		PolicyDrift:      counter("policy_drift_total", "Runs that decide with a policy recorded under another configuration than this worker's (a run that outlived a configuration change, a reset run)"),
 		DiscoverCycles:   counter("discover_cycles", "Discovery sweeps run"),
 		DiscoveryErrors:  counter("discovery_errors", "Discovery sweeps that failed"),

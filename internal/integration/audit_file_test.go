@@ -112,9 +112,9 @@ func TestIntegrationAuditFileHoldsEachIssuanceBeforeItIsSent(t *testing.T) {
 	require.GreaterOrEqual(t, r.Entries, 2)
 }
 
-// With the sink unwritable (its file on a full device) no identity is sent: the host's configure
-// step fails AuditUnavailable after its retries, the reason is on its run, the failures are
-// counted, and the server stays in provisioning mode.
+// With the sink unwritable (its file on a full device) no identity is signed or sent: the host's
+// sign step fails AuditUnavailable after its retries (the sink cannot be read for bans either),
+// the reason is on its run, the failures are counted, and the server stays in provisioning mode.
 func TestIntegrationAuditUnwritableSendsNothing(t *testing.T) {
 	t.Parallel()
 	prepare, _, _ := auditSink("/dev/full")
@@ -124,9 +124,10 @@ func TestIntegrationAuditUnwritableSendsNothing(t *testing.T) {
 	require.NoError(t, err)
 	h := e.waitOutcome(m.Identity, workflows.OutcomeFailed)
 	t.Logf("AUDIT unwritable: %s", h.Reason)
-	require.Contains(t, h.Reason, "step configure")
+	// refused at sign already: the sink that cannot be written cannot be read for bans either
+	require.Contains(t, h.Reason, "step sign")
 	require.Contains(t, h.Reason, activities.ErrTypeAudit)
-	require.Contains(t, h.Reason, "the identity was not sent")
+	require.Contains(t, h.Reason, "nothing is signed or sent")
 	require.False(t, devstack.Provisioned(m), "nothing reached the server")
-	require.GreaterOrEqual(t, testutil.ToFloat64(svc.Metrics.AuditFailures.WithLabelValues("dev")), 5.0, "each attempt counted")
+	require.GreaterOrEqual(t, testutil.ToFloat64(svc.Metrics.AuditFailures.WithLabelValues("dev")), 2.0, "each attempt counted")
 }

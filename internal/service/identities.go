@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -84,26 +85,37 @@ func (s *Service) refreshIdentities(ctx context.Context, tc client.Client, renew
 }
 
 // expiries are the expiries, soonest first, of the identities hosts hold that lapse before
-// before: by the audit sink's records when this worker has them (retired hosts left out), else
-// by each host's latest run.
+// before: by the audit sink's records when this worker has them (retired hosts left out), with
+// the hosts the sink has no issuance of from their latest runs; else by each host's latest run.
 func (s *Service) expiries(ctx context.Context, tc client.Client, query string, before time.Time) ([]time.Time, error) {
-	var out []time.Time
-	if a := s.audit.Load(); a != nil && a.Index != nil {
-		recs, err := a.Index.Expiring(ctx, before, s.cfg.Site)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range recs {
-			out = append(out, r.Expires)
-		}
-		return out, nil
-	}
 	current, err := hostruns.Current(ctx, tc, query)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range current {
+	var out []time.Time
+	a := s.audit.Load()
+	if a == nil || a.Index == nil {
+		for _, r := range current {
+			out = append(out, r.Expires)
+		}
+		return out, nil
+	}
+	recs, err := a.Index.Expiring(ctx, before, s.cfg.Site)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
 		out = append(out, r.Expires)
 	}
+	all, err := a.Index.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range current {
+		if st := all[r.HostIdentity()]; st.Issued.IsZero() && !st.Retired {
+			out = append(out, r.Expires)
+		}
+	}
+	slices.SortFunc(out, func(x, y time.Time) int { return x.Compare(y) })
 	return out, nil
 }
