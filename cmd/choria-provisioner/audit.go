@@ -93,6 +93,9 @@ func (a *auditCommand) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if recs, err = a.withSink(ctx, cfg, recs, w); err != nil {
+		return err
+	}
 	if a.json {
 		return audit.WriteJSON(a.out, recs)
 	}

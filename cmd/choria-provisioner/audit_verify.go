@@ -8,11 +8,34 @@ import (
 	"os"
 
 	"github.com/choria-temporal/provisioner/config"
+	"github.com/choria-temporal/provisioner/internal/audit"
 	"github.com/choria-temporal/provisioner/internal/auditlog"
 )
 
 // errAuditProblems makes audit --verify exit 1: the chain has entries that do not verify.
 var errAuditProblems = errors.New("the audit chain does not verify")
+
+// sinkStore is the audit key and the store of the configured sink (or --file), to read.
+func (a *auditCommand) sinkStore(cfg *config.Config) ([]byte, auditlog.Store, error) {
+	if cfg.Audit.KeyFile == "" {
+		return nil, nil, fmt.Errorf("audit.key_file is not set: the chain's MACs need it")
+	}
+	b, err := os.ReadFile(cfg.Audit.KeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit.key_file: %w", err)
+	}
+	key, err := auditlog.ParseKey(string(b))
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit.key_file %s: %w", cfg.Audit.KeyFile, err)
+	}
+	switch {
+	case a.sinkFile != "":
+		return key, auditlog.ReadFile(a.sinkFile), nil
+	case cfg.Audit.Sink == "file":
+		return key, auditlog.ReadFile(cfg.Audit.File), nil
+	}
+	return nil, nil, fmt.Errorf("audit.sink %q: give the entries' file with --file", cfg.Audit.Sink)
+}
 
 // verifySink checks the configured audit sink's chain and prints what it found.
 func (a *auditCommand) verifySink(ctx context.Context) error {
@@ -20,25 +43,9 @@ func (a *auditCommand) verifySink(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Audit.KeyFile == "" {
-		return fmt.Errorf("audit.key_file is not set: the chain's MACs need it")
-	}
-	b, err := os.ReadFile(cfg.Audit.KeyFile)
+	key, store, err := a.sinkStore(cfg)
 	if err != nil {
-		return fmt.Errorf("audit.key_file: %w", err)
-	}
-	key, err := auditlog.ParseKey(string(b))
-	if err != nil {
-		return fmt.Errorf("audit.key_file %s: %w", cfg.Audit.KeyFile, err)
-	}
-	var store auditlog.Store
-	switch {
-	case a.sinkFile != "":
-		store = auditlog.ReadFile(a.sinkFile)
-	case cfg.Audit.Sink == "file":
-		store = auditlog.ReadFile(cfg.Audit.File)
-	default:
-		return fmt.Errorf("audit.sink %q: give the entries' file with --file", cfg.Audit.Sink)
+		return err
 	}
 	defer store.Close()
 	r, err := auditlog.Verify(ctx, key, store)
@@ -59,4 +66,26 @@ func (a *auditCommand) verifySink(ctx context.Context) error {
 		return fmt.Errorf("%w: %d problems", errAuditProblems, len(r.Problems))
 	}
 	return nil
+}
+
+// withSink sets beside each issuance what the audit sink holds of it, and adds the sink's
+// issuances whose runs Temporal no longer holds, when the configuration has a sink that reads
+// back; recs as they are without one.
+func (a *auditCommand) withSink(ctx context.Context, cfg *config.Config, recs []audit.Record, w audit.Window) ([]audit.Record, error) {
+	if cfg.Audit.Sink == "" || cfg.Audit.Sink == "stdout" {
+		return recs, nil
+	}
+	key, store, err := a.sinkStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	entries, unproven, err := auditlog.Entries(ctx, key, store)
+	if err != nil {
+		return nil, fmt.Errorf("reading the audit sink: %w", err)
+	}
+	if unproven > 0 {
+		fmt.Fprintf(os.Stderr, "choria-provisioner: %d entries of the audit sink do not verify and were not read (audit --verify)\n", unproven)
+	}
+	return audit.MergeSink(recs, entries, w), nil
 }

@@ -64,7 +64,17 @@ type Record struct {
 	// Refused is set when the run's history holds a helper answer the worker would not have
 	// taken: RefusedPayload or RefusedReply. The run's identity is listed, its decision is not.
 	Refused string `json:"refused,omitempty"`
+	// Sink says what the audit sink holds of the issuance, when one is configured: SinkRecorded,
+	// SinkMissing (in Temporal, not in the sink) or SinkOnly (in the sink, its run gone)
+	Sink string `json:"sink,omitempty"`
 }
+
+// What the audit sink holds of an issuance (Record.Sink).
+const (
+	SinkRecorded = "recorded" // in both
+	SinkMissing  = "missing"  // a run Temporal holds with no entry in the sink: issued with no sink, or not by a worker of this sink
+	SinkOnly     = "only"     // an entry whose run Temporal no longer holds (retention, deletion)
+)
 
 // Why an issuance's helper answer is refused (Record.Refused).
 const (

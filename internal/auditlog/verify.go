@@ -58,3 +58,19 @@ func Verify(ctx context.Context, key []byte, store Store) (Report, error) {
 	})
 	return r, err
 }
+
+// Entries is every entry of store whose MAC verifies under key, in order, and how many did not.
+func Entries(ctx context.Context, key []byte, store Store) ([]Entry, int, error) {
+	var out []Entry
+	unproven := 0
+	err := store.Each(ctx, func(raw []byte) error {
+		var e Entry
+		if json.Unmarshal(raw, &e) != nil || macOf(key, e) != e.MAC {
+			unproven++
+			return nil
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, unproven, err
+}

@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/choria-temporal/provisioner/internal/audit"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/workflows"
 )
@@ -55,6 +58,19 @@ func TestIntegrationRecordOutlivesItsRunAndBansHoldRenewal(t *testing.T) {
 	t.Logf("RECORD: the runs deleted %v after the request (Temporal deletes asynchronously)", time.Since(asked).Round(time.Second))
 	out, code := e.cli(nil, "ban", banned.Identity, "--reason", "lost")
 	require.Zero(t, code, out)
+	// the audit names where each issuance is: the deleted hosts' in the sink only
+	out, code = e.cliCmd("audit", "--config", e.stack.ConfigFile, "--since", "1h", "--json")
+	require.Zero(t, code, out)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var rec audit.Record
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+		want := audit.SinkOnly
+		if rec.Identity == banned.Identity {
+			want = audit.SinkRecorded
+		}
+		require.Equal(t, want, rec.Sink, rec.Identity)
+	}
+	require.Equal(t, 3, strings.Count(out, "\n"), "one issuance a host: %s", out)
 	out, code = e.cli(nil, "list", "--expiring", "10m")
 	require.Zero(t, code, out)
 	for _, m := range e.stack.Fleet.Members {
