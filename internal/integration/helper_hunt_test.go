@@ -23,6 +23,9 @@ import (
 // files, whose directory it may enter; then it answers as the example helper does. Each read is
 // refused, nothing of a key is in what it gathered, and the server is provisioned.
 func TestIntegrationHelperHuntsForSecretsAndFindsNone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs the Temporal dev server, a broker and go-choria servers")
+	}
 	if os.Getuid() != 0 {
 		t.Skip("helper_user needs a provisioner that may switch users (root here; CAP_SETUID and CAP_SETGID in a site's unit)")
 	}
