@@ -2,12 +2,15 @@ package devstack
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +18,10 @@ import (
 	"github.com/choria-io/go-choria/broker/network"
 	"github.com/choria-io/go-choria/choria"
 	"github.com/choria-io/go-choria/config"
+	"github.com/choria-io/tokens"
 	"github.com/sirupsen/logrus"
+
+	"github.com/choria-temporal/provisioner/internal/auditlog"
 )
 
 // Broker is an in-process Choria Network Broker with a provisioning account, listening on loopback.
@@ -43,16 +49,29 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// BrokerOptions are what a broker runs beyond the provisioning account.
+type BrokerOptions struct {
+	// Streams turns Choria Streams (JetStream, for the choria account) on, stored under dir:
+	// the audit sink on a stream needs it. Off by default: its start costs nothing measurable
+	// (54 ms both ways), but go-choria then writes every lifecycle event to a stream of its own,
+	// a load the flood tests need not carry.
+	Streams bool
+}
+
 // StartBroker writes a broker config into dir and starts the broker; it stops when ctx ends.
 // The broker may share the dev process with the provisioner: it is a NATS server, not a Choria
 // server instance, and keeps none of the process-wide provisioning state.
 // listen is 127.0.0.1 everywhere but in containers. A broker that fails to bind its port returns
 // at once with its last output (an error wrapping ErrPortInUse when the port was taken); one that
 // fails later closes Exited.
-func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, listen string, port int, creds *Credentials, logLevel string, logFile string) (*Broker, error) {
+func StartBroker(ctx context.Context, wg *sync.WaitGroup, dir string, listen string, port int, creds *Credentials, logLevel string, logFile string, opts ...BrokerOptions) (*Broker, error) {
 	statsPort, err := FreePort()
 	if err != nil {
 		return nil, err
+	}
+	streams := ""
+	if len(opts) > 0 && opts[0].Streams {
+		streams = fmt.Sprintf("plugin.choria.network.stream.store = %s\n", filepath.Join(dir, "streams"))
 	}
 	cfgFile := filepath.Join(dir, "broker.conf")
 	cfg := fmt.Sprintf(`identity = broker.local
@@ -65,7 +84,7 @@ plugin.choria.stats_address = 127.0.0.1
 plugin.choria.stats_port = %d
 %splugin.choria.network.provisioning.client_password = %s
 plugin.choria.use_srv = false
-`, logLevel, listen, port, statsPort, creds.BrokerSecurity(), creds.ProvisioningPassword)
+%s`, logLevel, listen, port, statsPort, creds.BrokerSecurity(), creds.ProvisioningPassword, streams)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -176,4 +195,46 @@ func (b *Broker) Err() error {
 	default:
 		return nil
 	}
+}
+
+// grantAuditStream signs the provisioner's JWT again with what the audit sink on a stream needs
+// in the choria account, and no more: Streams user (read the stream, no purge, no stream
+// update or delete), publishing to the audit subject, and creating the default audit stream
+// (only creating: the stream's own deny_delete and deny_purge then hold against it). A site
+// grants the same with choria jwt client --stream-user --publish ... (docs/operations.md). With
+// PKI the broker does not restrict a verified client: nothing to grant.
+func (c *Credentials) grantAuditStream() error {
+	if c.Mode == ModePKI {
+		return nil
+	}
+	raw, err := os.ReadFile(c.ProvisionerJWT)
+	if err != nil {
+		return err
+	}
+	claims, err := tokens.ParseClientIDTokenUnverified(string(raw))
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.ProvisionerJWT, err)
+	}
+	if claims.Permissions == nil {
+		claims.Permissions = &tokens.ClientPermissions{}
+	}
+	claims.Permissions.StreamsUser = true
+	for _, subj := range []string{auditlog.StreamSubject, "$JS.API.STREAM.CREATE." + auditlog.DefaultStream} {
+		if !slices.Contains(claims.AdditionalPublishSubjects, subj) {
+			claims.AdditionalPublishSubjects = append(claims.AdditionalPublishSubjects, subj)
+		}
+	}
+	seed, err := os.ReadFile(c.IssuerSeed)
+	if err != nil {
+		return err
+	}
+	b, err := hex.DecodeString(strings.TrimSpace(string(seed)))
+	if err != nil || len(b) != ed25519.SeedSize {
+		return fmt.Errorf("%s holds no ed25519 seed", c.IssuerSeed)
+	}
+	issuer := ed25519.NewKeyFromSeed(b)
+	if err := claims.AddOrgIssuerData(issuer); err != nil {
+		return fmt.Errorf("chain data for provisioner token: %w", err)
+	}
+	return signTo(claims, issuer, c.ProvisionerJWT)
 }

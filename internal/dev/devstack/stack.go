@@ -68,6 +68,9 @@ type StackOptions struct {
 	// the provisioner and Temporal (Stack.BrokerProxy, Stack.TemporalProxy): the provisioner's
 	// configuration names them, while the fleet and the stack's own clients connect directly.
 	FaultProxies bool
+	// Streams turns Choria Streams on in the broker and lets the provisioner's credentials use
+	// the audit stream (BrokerOptions.Streams, Credentials.grantAuditStream).
+	Streams bool
 }
 
 // Stack is a running local network: Temporal, a broker and a fleet, and the files a provisioner
@@ -144,6 +147,11 @@ func StartStack(ctx context.Context, o StackOptions) (*Stack, error) {
 	}
 	if err := os.WriteFile(filepath.Join(credsDir, "broker.port"), []byte(fmt.Sprint(brokerPort)), 0o600); err != nil {
 		return nil, err
+	}
+	if o.Streams {
+		if err := s.Creds.grantAuditStream(); err != nil {
+			return nil, fmt.Errorf("credentials: %w", err)
+		}
 	}
 
 	dbFile := ""
@@ -255,6 +263,20 @@ func (s *Stack) RestartBroker(down time.Duration) error {
 	s.brokerWG.Wait()
 	time.Sleep(down)
 	return s.startBroker(port, false)
+}
+
+// EnableStreams turns Choria Streams on in a stack started without (StackOptions.Streams),
+// restarting its broker on the same port, before any server or provisioner connects: tests
+// whose setup takes the stack as newEnv starts it.
+func (s *Stack) EnableStreams() error {
+	if s.Opts.Streams {
+		return nil
+	}
+	s.Opts.Streams = true
+	if err := s.Creds.grantAuditStream(); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	return s.RestartBroker(0)
 }
 
 // RestartTemporal stops the stack's own Temporal dev server and starts it again on the same port

@@ -64,7 +64,7 @@ func (s *Stack) watchTemporal(srv *DevServer) {
 func (s *Stack) startBroker(port int, movable bool) error {
 	for try := 0; ; try++ {
 		bctx, cancel := context.WithCancel(s.ctx)
-		b, err := StartBroker(bctx, &s.brokerWG, s.Opts.Dir, "127.0.0.1", port, s.Creds, "warn", filepath.Join(s.Opts.Dir, "broker.log"))
+		b, err := StartBroker(bctx, &s.brokerWG, s.Opts.Dir, "127.0.0.1", port, s.Creds, "warn", filepath.Join(s.Opts.Dir, "broker.log"), BrokerOptions{Streams: s.Opts.Streams})
 		if err == nil {
 			s.Broker, s.brokerCancel = b, cancel
 			go s.watchBroker(bctx, b)
