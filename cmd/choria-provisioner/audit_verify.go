@@ -10,31 +10,38 @@ import (
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/audit"
 	"github.com/choria-temporal/provisioner/internal/auditlog"
+	"github.com/choria-temporal/provisioner/internal/service"
 )
 
 // errAuditProblems makes audit --verify exit 1: the chain has entries that do not verify.
 var errAuditProblems = errors.New("the audit chain does not verify")
 
-// sinkStore is the audit key and the store of the configured sink (or --file), to read.
-func (a *auditCommand) sinkStore(cfg *config.Config) ([]byte, auditlog.Store, error) {
+// sinkStore is the audit key and the store of the configured sink (or --file), to read; close
+// releases what opening it took (the stream's broker connection).
+func (a *auditCommand) sinkStore(cfg *config.Config) (key []byte, store auditlog.Store, release func(), err error) {
 	if cfg.Audit.KeyFile == "" {
-		return nil, nil, fmt.Errorf("audit.key_file is not set: the chain's MACs need it")
+		return nil, nil, nil, fmt.Errorf("audit.key_file is not set: the chain's MACs need it")
 	}
 	b, err := os.ReadFile(cfg.Audit.KeyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("audit.key_file: %w", err)
+		return nil, nil, nil, fmt.Errorf("audit.key_file: %w", err)
 	}
-	key, err := auditlog.ParseKey(string(b))
-	if err != nil {
-		return nil, nil, fmt.Errorf("audit.key_file %s: %w", cfg.Audit.KeyFile, err)
+	if key, err = auditlog.ParseKey(string(b)); err != nil {
+		return nil, nil, nil, fmt.Errorf("audit.key_file %s: %w", cfg.Audit.KeyFile, err)
 	}
 	switch {
 	case a.sinkFile != "":
-		return key, auditlog.ReadFile(a.sinkFile), nil
+		return key, auditlog.ReadFile(a.sinkFile), func() {}, nil
 	case cfg.Audit.Sink == "file":
-		return key, auditlog.ReadFile(cfg.Audit.File), nil
+		return key, auditlog.ReadFile(cfg.Audit.File), func() {}, nil
+	case cfg.Audit.Sink == "stream":
+		sink, err := service.OpenAudit(cfg, "operator:"+whoami())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return key, sink.Read, func() { _ = sink.Close() }, nil
 	}
-	return nil, nil, fmt.Errorf("audit.sink %q: give the entries' file with --file", cfg.Audit.Sink)
+	return nil, nil, nil, fmt.Errorf("audit.sink %q: give the entries' file with --file", cfg.Audit.Sink)
 }
 
 // verifySink checks the configured audit sink's chain and prints what it found.
@@ -43,11 +50,11 @@ func (a *auditCommand) verifySink(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	key, store, err := a.sinkStore(cfg)
+	key, store, release, err := a.sinkStore(cfg)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer release()
 	r, err := auditlog.Verify(ctx, key, store)
 	if err != nil {
 		return err
@@ -75,11 +82,11 @@ func (a *auditCommand) withSink(ctx context.Context, cfg *config.Config, recs []
 	if cfg.Audit.Sink == "" || cfg.Audit.Sink == "stdout" {
 		return recs, nil
 	}
-	key, store, err := a.sinkStore(cfg)
+	key, store, release, err := a.sinkStore(cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
+	defer release()
 	entries, unproven, err := auditlog.Entries(ctx, key, store)
 	if err != nil {
 		return nil, fmt.Errorf("reading the audit sink: %w", err)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +45,13 @@ func ParseKey(s string) ([]byte, error) {
 	return key, nil
 }
 
-// conflictRetries bounds how often an append loses the race to another writer of a shared store.
-const conflictRetries = 16
+// conflictRetries bounds how often an append loses the race to another writer of a shared store;
+// between tries it waits a random while, up to conflictBackoff doubled each time (at most 64 ms),
+// so that writers racing in step spread out instead of colliding again.
+const (
+	conflictRetries = 32
+	conflictBackoff = time.Millisecond
+)
 
 // Append chains e after the newest entry and writes it; when Append returns nil the entry is
 // durable in the store. Its error wraps ErrUnwritable.
@@ -58,7 +64,7 @@ func (l *Log) Append(ctx context.Context, e Entry) (Entry, error) {
 	if e.By == "" {
 		e.By = l.by
 	}
-	for range conflictRetries {
+	for try := range conflictRetries {
 		if l.last == nil {
 			last, err := l.store.Last(ctx)
 			if err != nil {
@@ -81,6 +87,12 @@ func (l *Log) Append(ctx context.Context, e Entry) (Entry, error) {
 			return e, nil
 		case isConflict(err):
 			l.last = nil // another replica wrote: read the newest and chain after it
+			wait := time.Duration(rand.Int64N(int64(conflictBackoff << min(try, 6))))
+			select {
+			case <-ctx.Done():
+				return Entry{}, fmt.Errorf("%w: %w", ErrUnwritable, ctx.Err())
+			case <-time.After(wait):
+			}
 		default:
 			l.last = nil // what the store holds now is unknown
 			return Entry{}, fmt.Errorf("%w: %w", ErrUnwritable, err)

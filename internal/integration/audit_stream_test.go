@@ -129,4 +129,9 @@ func TestIntegrationAuditStreamOutlivesTheNamespace(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(report.Entries), info.State.Msgs, "every entry still there")
 	require.True(t, info.Config.DenyDelete && info.Config.DenyPurge)
+
+	// the operator's verification reads the stream as the workers do
+	out, code := e.cliCmd("audit", "--config", e.stack.ConfigFile, "--verify")
+	require.Zero(t, code, out)
+	require.Contains(t, out, fmt.Sprintf("%d entries", report.Entries))
 }

@@ -16,6 +16,8 @@ import (
 type Audit struct {
 	Log   *auditlog.Log
 	Index *auditlog.Index
+	// Read is the store the index reads (audit --verify reads it whole); nil with Index
+	Read auditlog.Store
 	// release lets go of what the sink holds beside its store (the stream's broker connection)
 	release func()
 }
@@ -78,7 +80,7 @@ func OpenAudit(cfg *config.Config, writer string) (*Audit, error) {
 		}
 		return nil, err
 	}
-	out := &Audit{Log: log, release: release}
+	out := &Audit{Log: log, Read: read, release: release}
 	if read != nil {
 		out.Index = auditlog.NewIndex(key, read, BanRefresh)
 	}
