@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"github.com/choria-temporal/provisioner/common/logging"
-	"github.com/choria-temporal/provisioner/internal/auditlog"
 )
 
 // Auditor takes what the provisioner did to an identity, outside the namespace (auditlog.Log).

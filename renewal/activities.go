@@ -3,7 +3,7 @@ package renewal
 import (
 	"context"
 	"fmt"
-	"github.com/choria-temporal/provisioner/internal/auditlog"
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"time"
 
 	"github.com/choria-io/go-choria/inter"

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"github.com/choria-temporal/provisioner/config"
 	"github.com/choria-temporal/provisioner/internal/audit"
-	"github.com/choria-temporal/provisioner/internal/auditlog"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/choria-io/fisk"
 
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"github.com/choria-temporal/provisioner/config"
-	"github.com/choria-temporal/provisioner/internal/auditlog"
 	"github.com/choria-temporal/provisioner/internal/service"
 )
 

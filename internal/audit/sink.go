@@ -3,7 +3,7 @@ package audit
 import (
 	"sort"
 
-	"github.com/choria-temporal/provisioner/internal/auditlog"
+	"github.com/choria-temporal/provisioner/common/auditlog"
 )
 
 // MergeSink sets what the audit sink holds of each issuance Temporal lists, and adds the sink's

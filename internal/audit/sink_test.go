@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/choria-temporal/provisioner/internal/auditlog"
+	"github.com/choria-temporal/provisioner/common/auditlog"
 )
 
 // Each issuance is named by where it is: in both records, in Temporal only, in the sink only.

@@ -14,7 +14,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/choria-temporal/provisioner/internal/auditlog"
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"github.com/choria-temporal/provisioner/internal/dev/devstack"
 	"github.com/choria-temporal/provisioner/internal/service"
 )

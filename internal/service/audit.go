@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"github.com/choria-temporal/provisioner/config"
-	"github.com/choria-temporal/provisioner/internal/auditlog"
 )
 
 // Audit is the configured audit sink: the log issuances, bans and retirements are appended to,

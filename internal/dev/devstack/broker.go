@@ -21,7 +21,7 @@ import (
 	"github.com/choria-io/tokens"
 	"github.com/sirupsen/logrus"
 
-	"github.com/choria-temporal/provisioner/internal/auditlog"
+	"github.com/choria-temporal/provisioner/common/auditlog"
 )
 
 // Broker is an in-process Choria Network Broker with a provisioning account, listening on loopback.
