@@ -6,6 +6,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +54,12 @@ type Scenario struct {
 	CompareWith string
 	// HelperArgs are added to the site's helper command line, for every build.
 	HelperArgs []string
+	// Temporal is the shape of Temporal it runs on: ShapeDevServer or ShapePostgres (tuned by Postgres).
+	Temporal string
+	Postgres PostgresTuning
+	// AuditSink turns the audit sink on (audit.sink: "file" or "stdout"), with a key of the run's
+	// own: the identity record's cost per issuance, against the same scenario without.
+	AuditSink string
 }
 
 // benchDevArgs are dev stack flags every scenario and every build runs with. The Temporal CLI's
@@ -84,6 +92,33 @@ var Scenarios = []Scenario{
 	// hosts, each from its first RPC to its restart, and only our helper runs
 	{Name: "burst-500-slow-helper", Hosts: 500, HelperArgs: []string{"--delay", "100ms"}, Timeout: 15 * time.Minute},
 	{Name: "burst-10000", Hosts: 10000, Timeout: 90 * time.Minute},
+	// the production shape (docs/deployment.md): the Temporal server on PostgreSQL, compared with
+	// the dev server's burst-500 and the Choria Provisioner's
+	{Name: "burst-500-pg", Hosts: 500, Temporal: ShapePostgres, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-fast-pg", Hosts: 500, Temporal: ShapePostgres, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-10000-pg", Hosts: 10000, Temporal: ShapePostgres, Timeout: 90 * time.Minute},
+	{Name: "burst-10000-fast", Hosts: 10000, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 90 * time.Minute},
+	{Name: "burst-10000-fast-pg", Hosts: 10000, Temporal: ShapePostgres, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 90 * time.Minute},
+	// eager activity dispatch (system.enableActivityEagerExecution, off in the dev server and a
+	// server by default): an activity scheduled by a workflow task the worker completes comes back
+	// in that completion's response, not through matching
+	{Name: "burst-500-eager", Hosts: 500, DevArgs: []string{"--temporal-dynamic-config=system.enableActivityEagerExecution=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-fast-eager", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, DevArgs: []string{"--temporal-dynamic-config=system.enableActivityEagerExecution=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	// the audit sink (the identity record) on, against burst-500 and burst-500-fast without
+	{Name: "burst-500-audit", Hosts: 500, AuditSink: "file", Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-fast-audit", Hosts: 500, AuditSink: "file", Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	// deployment.md's tuning of the production shape, each against burst-500-pg
+	{Name: "burst-500-pg-async-commit", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{Settings: []string{"synchronous_commit=off"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-buffers-512m", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{Settings: []string{"shared_buffers=512MB"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-shards-512", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{HistoryShards: 512}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-shards-1", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{HistoryShards: 1}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-conns-50", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{StoreConns: 50}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-eager-activities", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{DynamicConfig: []string{
+		"system.enableActivityEagerExecution=true"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-one-partition", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{DynamicConfig: []string{
+		"matching.numTaskqueueReadPartitions=1", "matching.numTaskqueueWritePartitions=1"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-pg-qps", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{DynamicConfig: []string{
+		"frontend.persistenceMaxQPS=20000", "history.persistenceMaxQPS=20000", "matching.persistenceMaxQPS=20000"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	// not in the default set: ~20 minutes of a whole machine (make bench BENCH_SCENARIOS=burst-50000)
 	{Name: "burst-50000", Hosts: 50000, Timeout: 4 * time.Hour},
 }
@@ -127,6 +162,9 @@ type Result struct {
 	// Flaky hosts: from the end of their failure window to configured.
 	RecoveryMs *Percentiles `json:"flaky_recovery_ms,omitempty"`
 
+	// Temporal is the shape of Temporal: "" the dev server, "postgres" the server on PostgreSQL.
+	Temporal string `json:"temporal,omitempty"`
+
 	ProvisionerCPUMsPerHost float64 `json:"provisioner_cpu_ms_per_host"`
 	TemporalCPUMsPerHost    float64 `json:"temporal_cpu_ms_per_host"`
 	BrokerCPUMsPerHost      float64 `json:"broker_cpu_ms_per_host"`
@@ -135,6 +173,12 @@ type Result struct {
 	BrokerPeakRSSMiB        float64 `json:"broker_peak_rss_mib,omitempty"`
 	TemporalPeakRSSMiB      float64 `json:"temporal_peak_rss_mib"`
 	SimulatorPeakRSSMiB     float64 `json:"simulator_peak_rss_mib"`
+	// The production shape's PostgreSQL: the postmaster and every backend (live or exited), their
+	// peak proportional set (shared buffers counted once), and transactions in Temporal's two
+	// databases.
+	PostgresCPUMsPerHost        float64 `json:"postgres_cpu_ms_per_host,omitempty"`
+	PostgresPeakPSSMiB          float64 `json:"postgres_peak_pss_mib,omitempty"`
+	PostgresTransactionsPerHost float64 `json:"postgres_transactions_per_host,omitempty"`
 
 	HistoryEventsPerHost float64 `json:"history_events_per_host"`
 	RunsPerHost          float64 `json:"runs_per_host"`
@@ -203,6 +247,18 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	devArgs := append([]string{"dev", "--dir", dir, "--servers", "0", "--ui-port", "0", "--temporal-port", strconv.Itoa(tport),
 		"--monitor-port", strconv.Itoa(ports[1]), "--codec-port", strconv.Itoa(ports[2]), "--temporal-metrics-port", strconv.Itoa(ports[3]), "--no-provisioner"}, benchDevArgs()...)
 	devArgs = append(devArgs, sc.DevArgs...)
+	var db *database
+	temporalPID := 0
+	if sc.Temporal == ShapePostgres {
+		logf("starting PostgreSQL and the Temporal server")
+		sqlt, err := productionShape(ctx, dir, sc.Postgres, ports[3])
+		if err != nil {
+			return nil, err
+		}
+		defer sqlt.Stop()
+		db, temporalPID = &database{pg: sqlt.Postgres}, sqlt.PID()
+		devArgs = append(devArgs, "--temporal-address", sqlt.Address)
+	}
 	dev, devExited, err := startWatched(ctx, filepath.Join(dir, "dev.out"), nil, o.Self, devArgs...)
 	if err != nil {
 		return nil, err
@@ -211,9 +267,10 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	if err := waitStarted(ctx, 90*time.Second, devExited, filepath.Join(dir, "dev.out"), func() bool { return fileContains(filepath.Join(dir, "dev.out"), "Press Ctrl-C") }); err != nil {
 		return nil, fmt.Errorf("dev stack did not start: %w (see %s/dev.out)", err, dir)
 	}
-	temporalPID, err := findPID(fmt.Sprintf("--port %d", tport), "start-dev")
-	if err != nil {
-		return nil, err
+	if temporalPID == 0 {
+		if temporalPID, err = findPID(fmt.Sprintf("--port %d", tport), "start-dev"); err != nil {
+			return nil, err
+		}
 	}
 	conf := filepath.Join(dir, "provisioner.yaml")
 	brokerURL, token, provJWT, err := fleetCredentials(dir, conf)
@@ -222,6 +279,14 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	}
 	if err := addHelperArgs(conf, sc.HelperArgs); err != nil {
 		return nil, err
+	}
+	env := append([]string{"PROVISIONER_MONITOR_PPROF=true"}, sc.Env...)
+	if sc.AuditSink != "" {
+		auditEnv, err := auditSink(dir, sc.AuditSink)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, auditEnv...)
 	}
 
 	load := loadAverage()
@@ -243,7 +308,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 			logf("the Choria Provisioner's log did not say it started; going on (%v)", err)
 		}
 	} else {
-		prov, err = start(ctx, filepath.Join(dir, "provisioner.out"), append([]string{"PROVISIONER_MONITOR_PPROF=true"}, sc.Env...), tg.Bin, "run", "--config", conf)
+		prov, err = start(ctx, filepath.Join(dir, "provisioner.out"), env, tg.Bin, "run", "--config", conf)
 		if err != nil {
 			return nil, err
 		}
@@ -258,8 +323,9 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	simArgs := append([]string{"fleet-sim", "--broker", brokerURL, "--provisioning-jwt", provJWT, "--token", token,
 		"--count", strconv.Itoa(sc.Hosts), "--prefix", "bench-", "--status", statusFile, "--rate", fmt.Sprint(sc.Rate)}, sc.SimArgs...)
 
-	c0 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid)}
+	c0 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "db": db.cpu()}
 	server0, serverErr := serverCounts(ports[3])
+	tx0, txErr := db.transactions(ctx)
 	began := time.Now()
 	sim, err := start(ctx, filepath.Join(dir, "sim.out"), nil, o.Self, simArgs...)
 	if err != nil {
@@ -286,6 +352,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	lastLog := time.Now()
 	for {
 		time.Sleep(time.Second)
+		db.sample()
 		st = readStatus(statusFile)
 		conf, rest := count(st)
 		if time.Since(lastLog) > 30*time.Second {
@@ -303,10 +370,14 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 		return nil, ctx.Err() // interrupted: no half-measured result
 	}
 	end := time.Now()
-	c1 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "sim": procstat.CPU(sim.Process.Pid)}
+	c1 := map[string]time.Duration{"prov": procstat.CPU(prov.Process.Pid), "temporal": procstat.CPU(temporalPID), "dev": procstat.CPU(dev.Process.Pid), "sim": procstat.CPU(sim.Process.Pid), "db": db.cpu()}
 	server1, err := serverCounts(ports[3])
 	if serverErr == nil {
 		serverErr = err
+	}
+	tx1, err := db.transactions(ctx)
+	if txErr == nil {
+		txErr = err
 	}
 	// the CPU is read: now the profile may finish
 	select {
@@ -315,7 +386,7 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	}
 
 	res := &Result{Scenario: sc.Name, Variant: variant, Hosts: sc.Hosts, ArrivalRate: sc.Rate, Machine: machine(),
-		Kind: tg.Kind, Workers: tg.Workers, Load: load}
+		Kind: tg.Kind, Workers: tg.Workers, Load: load, Temporal: sc.Temporal}
 	var toConf, toRest, recovery []time.Duration
 	var lastConf time.Time
 	for _, h := range st.Hosts {
@@ -360,6 +431,15 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 	res.TemporalPeakRSSMiB = round(procstat.PeakRSSMiB(temporalPID), 0)
 	res.SimulatorPeakRSSMiB = round(procstat.PeakRSSMiB(sim.Process.Pid), 0)
 	res.BrokerPeakRSSMiB = round(procstat.PeakRSSMiB(dev.Process.Pid), 0)
+	if db != nil {
+		res.PostgresCPUMsPerHost = round(float64((c1["db"]-c0["db"]).Milliseconds())/n, 1)
+		res.PostgresPeakPSSMiB = round(db.peakPSS, 0)
+		if txErr != nil {
+			logf("PostgreSQL transactions: %v", txErr)
+		} else {
+			res.PostgresTransactionsPerHost = round(float64(tx1-tx0)/n, 1)
+		}
+	}
 	if serverErr != nil {
 		logf("Temporal server metrics: %v", serverErr)
 	} else {
@@ -375,6 +455,20 @@ func Run(ctx context.Context, o Options, sc Scenario, tg Target) (*Result, error
 		}
 	}
 	return res, nil
+}
+
+// auditSink is the environment that turns the audit sink on, with a MAC key written for the run.
+func auditSink(dir, sink string) ([]string, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(dir, "audit.key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"PROVISIONER_AUDIT__SINK=" + sink, "PROVISIONER_AUDIT__KEY_FILE=" + keyFile,
+		"PROVISIONER_AUDIT__FILE=" + filepath.Join(dir, "audit.jsonl")}, nil
 }
 
 // historyStats counts runs per host over every run, and history events per host over a sample.

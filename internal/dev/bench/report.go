@@ -23,8 +23,8 @@ const (
 // Table renders results as markdown.
 func Table(results []*Result) string {
 	var b strings.Builder
-	b.WriteString("| scenario | hosts | hosts/s | sighting→configured p50 / p95 / p99 | sighting→restarted p50 / p95 / p99 | flaky recovery p50 / p95 / max | provisioner CPU/host | Temporal CPU/host | broker CPU/host | provisioner RSS | Temporal RSS | simulator RSS | history events/host | runs/host | configured twice |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | hosts | hosts/s | sighting→configured p50 / p95 / p99 | sighting→restarted p50 / p95 / p99 | flaky recovery p50 / p95 / max | provisioner CPU/host | Temporal CPU/host | PostgreSQL CPU/host, peak PSS, transactions/host | broker CPU/host | provisioner RSS | Temporal RSS | simulator RSS | history events/host | runs/host | configured twice |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		name := r.Scenario
 		if r.Variant != "" {
@@ -40,11 +40,15 @@ func Table(results []*Result) string {
 		if r.Kind == KindOriginal {
 			tcpu, trss, events, runs = "–", "–", "–", "–"
 		}
-		fmt.Fprintf(&b, "| %s | %d/%d | %.2f | %s / %s / %s | %s / %s / %s | %s | %.0f ms | %s | %.0f ms | %.0f MiB | %s | %.0f MiB | %s | %s | %d |\n",
+		pg := "–"
+		if r.Temporal == ShapePostgres && r.Kind != KindOriginal {
+			pg = fmt.Sprintf("%.0f ms, %.0f MiB, %.1f", r.PostgresCPUMsPerHost, r.PostgresPeakPSSMiB, r.PostgresTransactionsPerHost)
+		}
+		fmt.Fprintf(&b, "| %s | %d/%d | %.2f | %s / %s / %s | %s / %s / %s | %s | %.0f ms | %s | %s | %.0f ms | %.0f MiB | %s | %.0f MiB | %s | %s | %d |\n",
 			name, r.Configured, r.Hosts, r.HostsPerSecond,
 			ms(r.ToConfiguredMs.P50), ms(r.ToConfiguredMs.P95), ms(r.ToConfiguredMs.P99),
 			ms(r.ToRestartedMs.P50), ms(r.ToRestartedMs.P95), ms(r.ToRestartedMs.P99), rec,
-			r.ProvisionerCPUMsPerHost, tcpu, r.BrokerCPUMsPerHost,
+			r.ProvisionerCPUMsPerHost, tcpu, pg, r.BrokerCPUMsPerHost,
 			r.ProvisionerPeakRSSMiB, trss, r.SimulatorPeakRSSMiB, events, runs, r.ConfiguredTwice)
 	}
 	if len(results) > 0 {
@@ -147,6 +151,10 @@ func temporalOnly(f func(*Result) float64) func(*Result) (float64, bool) {
 	return func(r *Result) (float64, bool) { return f(r), r.Kind != KindOriginal }
 }
 
+func postgresOnly(f func(*Result) float64) func(*Result) (float64, bool) {
+	return func(r *Result) (float64, bool) { return f(r), r.Temporal == ShapePostgres }
+}
+
 var metrics = []metric{
 	{"hosts configured", always(func(r *Result) float64 { return float64(r.Configured) }), ""},
 	{"configured twice", always(func(r *Result) float64 { return float64(r.ConfiguredTwice) }), ""},
@@ -156,11 +164,15 @@ var metrics = []metric{
 	{"provisioner CPU/host", always(func(r *Result) float64 { return r.ProvisionerCPUMsPerHost }), "cpu"},
 	{"Temporal CPU/host", temporalOnly(func(r *Result) float64 { return r.TemporalCPUMsPerHost }), "cpu"},
 	{"broker CPU/host", always(func(r *Result) float64 { return r.BrokerCPUMsPerHost }), "cpu"},
+	{"PostgreSQL CPU/host", postgresOnly(func(r *Result) float64 { return r.PostgresCPUMsPerHost }), "cpu"},
+	// the production shape's database is part of Temporal's cost (the dev server's SQLite is in its process)
 	{"provisioner + Temporal + broker CPU/host", always(func(r *Result) float64 {
-		return r.ProvisionerCPUMsPerHost + r.TemporalCPUMsPerHost + r.BrokerCPUMsPerHost
+		return r.ProvisionerCPUMsPerHost + r.TemporalCPUMsPerHost + r.PostgresCPUMsPerHost + r.BrokerCPUMsPerHost
 	}), "cpu"},
 	{"provisioner peak RSS", always(func(r *Result) float64 { return r.ProvisionerPeakRSSMiB }), "MiB"},
 	{"Temporal peak RSS", temporalOnly(func(r *Result) float64 { return r.TemporalPeakRSSMiB }), "MiB"},
+	{"PostgreSQL peak PSS", postgresOnly(func(r *Result) float64 { return r.PostgresPeakPSSMiB }), "MiB"},
+	{"PostgreSQL transactions/host", postgresOnly(func(r *Result) float64 { return r.PostgresTransactionsPerHost }), ""},
 	{"history events/host", temporalOnly(func(r *Result) float64 { return r.HistoryEventsPerHost }), ""},
 	{"Temporal: workflow execution writes/host", serverSeries("persistence_requests/CreateWorkflowExecution", "persistence_requests/UpdateWorkflowExecution"), ""},
 	{"Temporal: task queue backlog writes/host", serverSeries("persistence_requests/CreateTasks"), ""},

@@ -83,10 +83,12 @@ type Postgres struct {
 	done     chan error
 	log      *os.File
 	cred     *syscall.Credential // the postgres user's when running as root
+	settings []string            // KEY=VALUE given to postgres as -c (tuning)
 }
 
-// StartPostgres makes a new cluster with initdb and starts it on a free loopback port.
-func StartPostgres(ctx context.Context, binDir string) (*Postgres, error) {
+// StartPostgres makes a new cluster with initdb and starts it on a free loopback port; settings
+// (KEY=VALUE, e.g. synchronous_commit=off) are given to the server as -c options.
+func StartPostgres(ctx context.Context, binDir string, settings ...string) (*Postgres, error) {
 	cred, err := postgresCredential()
 	if err != nil {
 		return nil, err
@@ -101,7 +103,7 @@ func StartPostgres(ctx context.Context, binDir string) (*Postgres, error) {
 	}
 	pw := make([]byte, 16)
 	_, _ = rand.Read(pw)
-	p := &Postgres{BinDir: binDir, Dir: dir, User: "temporal", Password: hex.EncodeToString(pw)}
+	p := &Postgres{BinDir: binDir, Dir: dir, User: "temporal", Password: hex.EncodeToString(pw), settings: settings}
 	fail := func(err error) (*Postgres, error) {
 		p.Stop()
 		return nil, err
@@ -139,9 +141,13 @@ func StartPostgres(ctx context.Context, binDir string) (*Postgres, error) {
 // start runs the postmaster on the cluster's port and waits until it accepts connections.
 func (p *Postgres) start(ctx context.Context) error {
 	// loopback TCP only (no Unix socket); enough connections for every Temporal service's pools
-	p.cmd = exec.Command(filepath.Join(p.BinDir, "postgres"), "-D", filepath.Join(p.Dir, "data"),
-		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(p.Port), "-c", "unix_socket_directories=",
-		"-c", "max_connections=300")
+	args := []string{"-D", filepath.Join(p.Dir, "data"),
+		"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(p.Port), "-c", "unix_socket_directories=",
+		"-c", "max_connections=300"}
+	for _, kv := range p.settings {
+		args = append(args, "-c", kv)
+	}
+	p.cmd = exec.Command(filepath.Join(p.BinDir, "postgres"), args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
 	if err := p.cmd.Start(); err != nil {
@@ -183,6 +189,19 @@ func (p *Postgres) Restart(ctx context.Context, down time.Duration) error {
 
 // Addr is the cluster's host:port.
 func (p *Postgres) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)) }
+
+// Transactions is the number of transactions committed and rolled back in the temporal and
+// temporal_visibility databases since the cluster started (pg_stat_database, through psql).
+func (p *Postgres) Transactions(ctx context.Context) (int64, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(p.BinDir, "psql"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", p.User,
+		"-d", "postgres", "-Atc", "SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database WHERE datname IN ('temporal', 'temporal_visibility')")
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+p.Password)
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("psql on %s: %w", p.Addr(), err)
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+}
 
 func (p *Postgres) tail() string {
 	b, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
@@ -255,6 +274,16 @@ type SQLTemporalOptions struct {
 	TLS *TemporalTLS
 	// NoSearchAttributes leaves the provisioner's search attributes to `choria-provisioner setup`.
 	NoSearchAttributes bool
+	// PostgresSettings are given to PostgreSQL as -c KEY=VALUE (tuning: synchronous_commit=off).
+	PostgresSettings []string
+	// MetricsPort, when set, serves the server's Prometheus /metrics on 127.0.0.1 (benchmarks).
+	MetricsPort int
+	// StoreConns is each service's connection pool to the temporal database (default 20; the
+	// visibility database gets half).
+	StoreConns int
+	// DynamicConfig are KEY=VALUE dynamic config settings (VALUE in YAML, for every namespace),
+	// e.g. history.persistenceMaxQPS=20000.
+	DynamicConfig []string
 }
 
 // SQLTemporal is a Temporal server on a throwaway PostgreSQL cluster: frontend, history,
@@ -311,7 +340,10 @@ func StartSQLTemporal(ctx context.Context, o SQLTemporalOptions) (*SQLTemporal, 
 	if err := os.MkdirAll(filepath.Join(o.Dir, "config"), 0o700); err != nil {
 		return nil, err
 	}
-	pg, err := StartPostgres(ctx, o.PostgresBin)
+	if o.StoreConns == 0 {
+		o.StoreConns = 20
+	}
+	pg, err := StartPostgres(ctx, o.PostgresBin, o.PostgresSettings...)
 	if err != nil {
 		return nil, err
 	}
@@ -331,8 +363,11 @@ func StartSQLTemporal(ctx context.Context, o SQLTemporalOptions) (*SQLTemporal, 
 		}
 	}
 
-	cfg, listeners, err := sqlTemporalConfig(pg, o.HistoryShards, o.TLS)
+	cfg, listeners, err := sqlTemporalConfig(pg, o)
 	if err != nil {
+		return fail(err)
+	}
+	if err := writeDynamicConfig(filepath.Join(o.Dir, "config", "dynamicconfig.yaml"), o.DynamicConfig); err != nil {
 		return fail(err)
 	}
 	if err := os.WriteFile(filepath.Join(o.Dir, "config", "temporal.yaml"), []byte(cfg), 0o600); err != nil {
@@ -426,9 +461,25 @@ func freeSmallPort() (int, error) {
 	return 0, errors.New("no free loopback port in 20000-32767")
 }
 
+// writeDynamicConfig writes KEY=VALUE settings as the server's dynamic config file (an empty one
+// without settings: the server reads it at start).
+func writeDynamicConfig(file string, settings []string) error {
+	var b strings.Builder
+	for _, kv := range settings {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("dynamic config %q: want KEY=VALUE", kv)
+		}
+		fmt.Fprintf(&b, "%s:\n  - value: %s\n", k, v)
+	}
+	return os.WriteFile(file, []byte(b.String()), 0o600)
+}
+
 // sqlTemporalConfig is the server's static configuration: PostgreSQL for both stores, every
-// service bound to 127.0.0.1 on free ports, no metrics or pprof listener, archival off.
-func sqlTemporalConfig(pg *Postgres, shards int, tlsFiles *TemporalTLS) (string, map[string]string, error) {
+// service bound to 127.0.0.1 on free ports, no pprof listener, archival off, /metrics on
+// 127.0.0.1 only when asked for.
+func sqlTemporalConfig(pg *Postgres, o SQLTemporalOptions) (string, map[string]string, error) {
+	shards, tlsFiles := o.HistoryShards, o.TLS
 	ports := make([]int, 9)
 	for i := range ports {
 		p, err := freeSmallPort()
@@ -437,9 +488,13 @@ func sqlTemporalConfig(pg *Postgres, shards int, tlsFiles *TemporalTLS) (string,
 		}
 		ports[i] = p
 	}
-	serverTLS := ""
+	globalExtra := ""
 	if tlsFiles != nil {
-		serverTLS = tlsFiles.ServerConfig()
+		globalExtra = tlsFiles.ServerConfig()
+	}
+	if o.MetricsPort != 0 {
+		// histograms: the bench reads task and persistence latencies' counts and sums
+		globalExtra += fmt.Sprintf("  metrics:\n    prometheus:\n      timerType: histogram\n      listenAddress: \"127.0.0.1:%d\"\n", o.MetricsPort)
 	}
 	frontend := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	listeners := map[string]string{"frontend": frontend}
@@ -496,8 +551,12 @@ clusterMetadata:
       rpcAddress: %q
 dcRedirectionPolicy:
   policy: noop
-`, shards, store("temporal", 20), store("temporal_visibility", 10), serverTLS,
-		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6], ports[7], ports[8], frontend), listeners, nil
+dynamicConfigClient:
+  filepath: %q
+  pollInterval: 60s
+`, shards, store("temporal", o.StoreConns), store("temporal_visibility", max(o.StoreConns/2, 1)), globalExtra,
+		ports[0], ports[1], ports[2], ports[3], ports[4], ports[5], ports[6], ports[7], ports[8], frontend,
+		filepath.Join(o.Dir, "config", "dynamicconfig.yaml")), listeners, nil
 }
 
 // setupNamespace registers the namespace (a real server has only temporal-system), then the

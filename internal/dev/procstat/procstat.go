@@ -53,24 +53,35 @@ func CPU(pid int) time.Duration {
 // TreeCPU is CPU of a process and all its descendants, live or exited (PostgreSQL's backends,
 // say, are the postmaster's children in sessions of their own, so a process group misses them).
 func TreeCPU(root int) time.Duration {
+	var sum int64
+	for _, s := range tree(root) {
+		sum += s.ticks
+	}
+	return time.Duration(sum) * tick
+}
+
+// tree is a process and its live descendants, read from /proc at once.
+func tree(root int) []stat {
 	if root == 0 {
-		return 0
+		return nil
 	}
 	files, _ := filepath.Glob("/proc/[0-9]*/stat")
 	children := map[int][]int{}
-	ticks := map[int]int64{}
+	all := map[int]stat{}
 	for _, f := range files {
 		if s, ok := read(f); ok {
 			children[s.ppid] = append(children[s.ppid], s.pid)
-			ticks[s.pid] = s.ticks
+			all[s.pid] = s
 		}
 	}
-	var sum int64
+	var out []stat
 	for queue := []int{root}; len(queue) > 0; queue = queue[1:] {
-		sum += ticks[queue[0]]
+		if s, ok := all[queue[0]]; ok {
+			out = append(out, s)
+		}
 		queue = append(queue, children[queue[0]]...)
 	}
-	return time.Duration(sum) * tick
+	return out
 }
 
 // PeakRSSMiB is a process's peak resident set (VmHWM) in MiB, 0 when unknown.
@@ -90,4 +101,24 @@ func statusMiB(pid int, field string) float64 {
 		}
 	}
 	return 0
+}
+
+// TreePSSMiB is the proportional set size (smaps_rollup's Pss) of a process and its live
+// descendants, in MiB: memory they share (PostgreSQL's shared buffers) counted once, split
+// between them, where summing their RSS would count it once per backend.
+func TreePSSMiB(root int) float64 {
+	var kb float64
+	for _, s := range tree(root) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(s.pid) + "/smaps_rollup")
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Pss:"); ok {
+				if f := strings.Fields(v); len(f) > 0 {
+					n, _ := strconv.ParseFloat(f[0], 64)
+					kb += n
+				}
+				break
+			}
+		}
+	}
+	return kb / 1024
 }
