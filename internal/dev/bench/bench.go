@@ -99,11 +99,6 @@ var Scenarios = []Scenario{
 	{Name: "burst-10000-pg", Hosts: 10000, Temporal: ShapePostgres, Timeout: 90 * time.Minute},
 	{Name: "burst-10000-fast", Hosts: 10000, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 90 * time.Minute},
 	{Name: "burst-10000-fast-pg", Hosts: 10000, Temporal: ShapePostgres, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 90 * time.Minute},
-	// eager activity dispatch (system.enableActivityEagerExecution, off in the dev server and a
-	// server by default): an activity scheduled by a workflow task the worker completes comes back
-	// in that completion's response, not through matching
-	{Name: "burst-500-eager", Hosts: 500, DevArgs: []string{"--temporal-dynamic-config=system.enableActivityEagerExecution=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
-	{Name: "burst-500-fast-eager", Hosts: 500, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, DevArgs: []string{"--temporal-dynamic-config=system.enableActivityEagerExecution=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	// the audit sink (the identity record) on, against burst-500 and burst-500-fast without
 	{Name: "burst-500-audit", Hosts: 500, AuditSink: "file", Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-500-fast-audit", Hosts: 500, AuditSink: "file", Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
@@ -113,7 +108,12 @@ var Scenarios = []Scenario{
 	{Name: "burst-500-pg-shards-512", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{HistoryShards: 512}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-500-pg-shards-1", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{HistoryShards: 1}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-500-pg-conns-50", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{StoreConns: 50}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	// eager activity dispatch (system.enableActivityEagerExecution: off in a server by default, on
+	// in the dev stack): an activity scheduled by a workflow task comes back in that task's
+	// completion response instead of through matching
 	{Name: "burst-500-pg-eager-activities", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{DynamicConfig: []string{
+		"system.enableActivityEagerExecution=true"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-fast-pg-eager-activities", Hosts: 500, Temporal: ShapePostgres, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Postgres: PostgresTuning{DynamicConfig: []string{
 		"system.enableActivityEagerExecution=true"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-500-pg-one-partition", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{DynamicConfig: []string{
 		"matching.numTaskqueueReadPartitions=1", "matching.numTaskqueueWritePartitions=1"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
