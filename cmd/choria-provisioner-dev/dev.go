@@ -32,6 +32,7 @@ type devCommand struct {
 	temporalBin   string
 	mode          string
 	noProvisioner bool
+	streams       bool
 	dynamicConfig []string
 	sqlitePragmas []string
 	temporalEnv   []string
@@ -69,6 +70,7 @@ func (d *devCommand) register(app *fisk.Application) {
 	cmd.Flag("temporal-server-name", "temporal.tls.server_name for --temporal-address").StringVar(&d.temporalTLS.ServerName)
 	cmd.Flag("temporal-tls", "TLS to --temporal-address with the system's CAs (Temporal Cloud with an API key)").UnNegatableBoolVar(&d.temporalTLS.Enabled)
 	cmd.Flag("temporal-api-key-file", "temporal.api_key_file for --temporal-address (or "+config.APIKeyEnv+")").ExistingFileVar(&d.temporalAPIKey)
+	cmd.Flag("streams", "Run the broker with Choria Streams and let the provisioner's credentials use the audit stream (audit.sink: stream)").Hidden().UnNegatableBoolVar(&d.streams)
 	cmd.Flag("no-provisioner", "Run everything but the provisioner (run it with: run --config DIR/provisioner.yaml); benchmarks measure it alone").Hidden().UnNegatableBoolVar(&d.noProvisioner)
 }
 
@@ -101,6 +103,7 @@ func (d *devCommand) run(ctx context.Context) error {
 		UI: d.temporalAddress == "", UIPort: d.uiPort, TemporalPort: d.temporalPort, MonitorPort: d.monitorPort, UICodecEndpoint: codecURL, Mode: d.mode,
 		TemporalDynamicConfig: d.dynamicConfig, TemporalSQLitePragmas: d.sqlitePragmas, TemporalEnv: d.temporalEnv, TemporalMetricsPort: d.temporalMetricsPort, Failing: d.failing,
 		TemporalAddress: d.temporalAddress, TemporalNamespace: d.temporalNamespace, TemporalTLS: d.temporalTLS, TemporalAPIKeyFile: d.temporalAPIKey,
+		Streams: d.streams,
 	})
 	if err != nil {
 		return err

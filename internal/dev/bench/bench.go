@@ -57,8 +57,9 @@ type Scenario struct {
 	// Temporal is the shape of Temporal it runs on: ShapeDevServer or ShapePostgres (tuned by Postgres).
 	Temporal string
 	Postgres PostgresTuning
-	// AuditSink turns the audit sink on (audit.sink: "file" or "stdout"), with a key of the run's
-	// own: the identity record's cost per issuance, against the same scenario without.
+	// AuditSink turns the audit sink on (audit.sink: "file", "stdout" or "stream", the last with
+	// DevArgs --streams), with a key of the run's own: the identity record's cost per issuance,
+	// against the same scenario without.
 	AuditSink string
 }
 
@@ -102,6 +103,9 @@ var Scenarios = []Scenario{
 	// the audit sink (the identity record) on, against burst-500 and burst-500-fast without
 	{Name: "burst-500-audit", Hosts: 500, AuditSink: "file", Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-500-fast-audit", Hosts: 500, AuditSink: "file", Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	// the same on a Choria Streams stream of the broker (audit.sink: stream)
+	{Name: "burst-500-audit-stream", Hosts: 500, AuditSink: "stream", DevArgs: []string{"--streams"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
+	{Name: "burst-500-fast-audit-stream", Hosts: 500, AuditSink: "stream", DevArgs: []string{"--streams"}, Env: []string{"PROVISIONER_TEMPORAL__FAST_MODE=true"}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	// deployment.md's tuning of the production shape, each against burst-500-pg
 	{Name: "burst-500-pg-async-commit", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{Settings: []string{"synchronous_commit=off"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
 	{Name: "burst-500-pg-buffers-512m", Hosts: 500, Temporal: ShapePostgres, Postgres: PostgresTuning{Settings: []string{"shared_buffers=512MB"}}, Timeout: 15 * time.Minute, CompareWith: "burst-500"},
