@@ -31,7 +31,7 @@ type auditCommand struct {
 func (a *auditCommand) register(app *fisk.Application) {
 	a.out = os.Stdout
 	cmd := app.Command("audit", "List every identity issued in a window, superseded ones included: identity, issued, expires, signer, the helper's decision, the run, its source")
-	cmd.Flag("config", "Provisioner configuration file (its temporal section, site and codec key are used)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&a.config)
+	configFlag(cmd, "Provisioner configuration file (its temporal section, site and codec key are used)", &a.config)
 	cmd.Flag("since", "Start of the window: an RFC 3339 time or a duration ago (24h, 7d); required but with --verify").StringVar(&a.since)
 	cmd.Flag("until", "End of the window (default: now), as --since").StringVar(&a.until)
 	cmd.Flag("identity", "Only this host's issuances").StringVar(&a.identity)

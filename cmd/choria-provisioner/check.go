@@ -38,7 +38,7 @@ type checkCommand struct {
 
 func (c *checkCommand) register(app *fisk.Application) {
 	cmd := app.Command("check", "Checks that the service can start and work: configuration, files, helper, signer token, broker, Temporal, namespace, codec key. Changes nothing, never runs the helper")
-	cmd.Flag("config", "Provisioner configuration file (default: the unit's --config, else /etc/choria-provisioner/choria-provisioner.yaml)").StringVar(&c.config)
+	cmd.Flag("config", "Provisioner configuration file (default: the unit's --config, else "+defaultConfig+")").StringVar(&c.config)
 	cmd.Flag("choria-config", "Choria client configuration file (default: the unit's --choria-config, else the YAML's choria_config)").StringVar(&c.choriaConfig)
 	cmd.Flag("user", "Check as this user (default: the installed unit's User=, else choria-provisioner when it exists)").StringVar(&c.user)
 	cmd.Flag("timeout", "Timeout of each network check").Default("10s").DurationVar(&c.timeout)
@@ -52,7 +52,7 @@ func (c *checkCommand) run(ctx context.Context) error {
 		return fmt.Errorf("reading the unit: %w", err)
 	}
 	if c.config == "" {
-		c.config = "/etc/choria-provisioner/choria-provisioner.yaml"
+		c.config = defaultConfig
 		if sb != nil && sb.Config != "" {
 			c.config = sb.Config
 		}

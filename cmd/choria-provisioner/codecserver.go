@@ -39,7 +39,7 @@ type codecServerCommand struct {
 
 func (c *codecServerCommand) register(app *fisk.Application) {
 	cmd := app.Command("codec-server", "Serves the remote codec API (decrypts payloads for authorised Web UI and CLI users)")
-	cmd.Flag("config", "Provisioner configuration (for the codec keys)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&c.config)
+	configFlag(cmd, "Provisioner configuration (for the codec keys)", &c.config)
 	cmd.Flag("listen", "Listen address").Default("127.0.0.1:8081").StringVar(&c.listen)
 	cmd.Flag("token-file", "File holding the bearer token callers must present (or "+codec.ServerTokenEnv+")").StringVar(&c.tokenFile)
 	cmd.Flag("cors-origin", "Web UI origin allowed to call it, e.g. http://127.0.0.1:8233 (repeatable)").StringsVar(&c.origins)

@@ -61,7 +61,7 @@ func (h *hostsCommand) register(app *fisk.Application) {
 		h.progress = os.Stderr
 	}
 	hosts := app.Command("hosts", "Inspect and repair hosts through Temporal")
-	hosts.Flag("config", "Provisioner configuration file (its temporal section and codec key are used)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&h.config)
+	configFlag(hosts, "Provisioner configuration file (its temporal section and codec key are used)", &h.config)
 	hosts.Flag("json", "JSON output: one object a line").UnNegatableBoolVar(&h.json)
 	hosts.Flag("count-requests", "Print the Temporal requests the command made, by method, on stderr").Hidden().UnNegatableBoolVar(&h.countReqs)
 

@@ -23,6 +23,16 @@ var (
 	commit  = ""
 )
 
+// defaultConfig is where the packages install the configuration: every command that reads it
+// defaults to this file, as the Choria Provisioner's unit does.
+const defaultConfig = "/etc/choria-provisioner/choria-provisioner.yaml"
+
+// configFlag declares a command's --config, defaulting to defaultConfig; help says what of the
+// file the command uses.
+func configFlag(cmd *fisk.CmdClause, help string, to *string) {
+	cmd.Flag("config", help).Default(defaultConfig).StringVar(to)
+}
+
 // versionString is what --version prints: the version, the commit it was built from and the Go
 // toolchain. Without the ldflags (go build, go install) the commit comes from the VCS stamp Go
 // embeds, when the build had one.

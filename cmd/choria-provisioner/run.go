@@ -25,7 +25,7 @@ type runCommand struct {
 
 func (r *runCommand) register(app *fisk.Application) {
 	cmd := app.Command("run", "Runs the provisioner: Temporal worker and discovery").Default()
-	cmd.Flag("config", "Provisioner configuration file (the Choria Provisioner's YAML plus a temporal section)").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&r.config)
+	configFlag(cmd, "Provisioner configuration file (the Choria Provisioner's YAML plus a temporal section)", &r.config)
 	cmd.Flag("choria-config", "Choria client configuration file").StringVar(&r.choriaConfig)
 	cmd.Flag("pid", "Write the process ID to this file").StringVar(&r.pidFile)
 	// the Choria Provisioner's --debug is the application's: before or after the command

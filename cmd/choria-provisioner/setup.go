@@ -19,7 +19,7 @@ type setupCommand struct {
 
 func (s *setupCommand) register(app *fisk.Application) {
 	cmd := app.Command("setup", "Registers the provisioner's search attributes (and retention) on the Temporal namespace, and the renewal Schedule")
-	cmd.Flag("config", "Provisioner configuration file").Default("/etc/choria-provisioner/choria-provisioner.yaml").StringVar(&s.config)
+	configFlag(cmd, "Provisioner configuration file", &s.config)
 	cmd.Flag("retention", "Retention of closed host workflows (0 leaves it unchanged)").Default("0s").DurationVar(&s.retention)
 }
 

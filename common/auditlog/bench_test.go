@@ -2,8 +2,11 @@ package auditlog
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -78,4 +81,73 @@ func BenchmarkIndex10000(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The identity record at rest for a fleet of 50,000: one issuance each in the file sink. What
+// it costs is the file's size, a worker's first read of it (and the memory the index holds), and
+// the sink's part of `hosts list --expiring 30d`; Temporal holds nothing for it.
+func BenchmarkRecords50000(b *testing.B) {
+	const n = 50000
+	path := filepath.Join(b.TempDir(), "audit.jsonl")
+	store, err := OpenFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := New(testKey, NewWriterStore(store.f), "bench") // unsynced: seeding, not measured
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for i := range n {
+		e := Entry{Kind: KindIssued, Identity: fmt.Sprintf("node-%06d.example.net", i), Site: "bench", Workflow: fmt.Sprintf("provision-node-%06d.example.net", i),
+			RunID: "0197c7c2-6f5e-7b43-9d61-1f4a2f4b9e21", Signer: "ed25519:0123456789abcdef", Subject: "sha256:" + fmt.Sprintf("%064x", i),
+			Expires: now.Add(time.Duration(i) * 365 * 24 * time.Hour / n)}
+		if _, err := l.Append(context.Background(), e); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("read", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			all, err := NewIndex(testKey, ReadFile(path), 0).All(context.Background())
+			if err != nil || len(all) != n {
+				b.Fatalf("%d records, %v", len(all), err)
+			}
+		}
+		b.ReportMetric(float64(st.Size())/n, "file-bytes/record")
+		b.ReportMetric(heldBytes(func() any { return NewIndex(testKey, ReadFile(path), 0) })/n, "held-bytes/record")
+	})
+	b.Run("expiring-30d", func(b *testing.B) {
+		x := NewIndex(testKey, ReadFile(path), time.Hour)
+		if _, err := x.All(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			recs, err := x.Expiring(context.Background(), now.Add(30*24*time.Hour), "")
+			if err != nil || len(recs) < n*29/365 {
+				b.Fatalf("%d expiring, %v", len(recs), err)
+			}
+		}
+	})
+}
+
+// heldBytes is the heap that what build returns (an index, read whole) keeps live.
+func heldBytes(build func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	x := build()
+	if ix, ok := x.(*Index); ok {
+		if _, err := ix.All(context.Background()); err != nil {
+			panic(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(x)
+	return float64(after.HeapAlloc) - float64(before.HeapAlloc)
 }
