@@ -3,7 +3,6 @@ package renewal
 import (
 	"context"
 	"fmt"
-	"github.com/choria-temporal/provisioner/common/auditlog"
 	"time"
 
 	"github.com/choria-io/go-choria/inter"
@@ -13,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/choria-temporal/provisioner/common/auditlog"
 	"github.com/choria-temporal/provisioner/common/logging"
 	"github.com/choria-temporal/provisioner/common/reprovision"
 	"github.com/choria-temporal/provisioner/workflows/hostruns"
@@ -32,6 +32,8 @@ type Activities struct {
 	// there outlives every run's retention, and no namespace writer can preset it
 	records     Records
 	renewBefore time.Duration // renewal.renew_before: with records, Renew checks the host is due
+	busy        inFlight      // the hosts being renewed (once.go)
+	pace        *budget       // the worker's renewals a minute, whatever the number of runs
 }
 
 // Records lists the identities hosts hold by the audit sink (auditlog.Index).
@@ -56,12 +58,16 @@ type Deps struct {
 	// and what Renew checks a host against before it asks it anything
 	Records     Records
 	RenewBefore time.Duration
+	// Rate is renewal.rate, hosts a minute: what this worker asks at most, however many renewal
+	// runs there are (0: no bound beyond each run's own pace)
+	Rate float64
 }
 
 // NewActivities binds the steps to d; every outcome's counter starts at 0, so that an alert on
 // its rate sees the first failure.
 func NewActivities(d Deps) *Activities {
-	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log, skip: d.Skip, records: d.Records, renewBefore: d.RenewBefore}
+	a := &Activities{temporal: d.Temporal, starter: d.Starter, renewals: d.Renewals, log: d.Log, skip: d.Skip, records: d.Records,
+		renewBefore: d.RenewBefore, busy: inFlight{hosts: map[string]bool{}}, pace: newPace(d.Rate)}
 	a.reprovision = func(ctx context.Context, identity string) error {
 		res, err := reprovision.Ask(ctx, d.Fleet, d.Token, []string{identity}, d.RPCTimeout)
 		if err != nil {
@@ -69,7 +75,7 @@ func NewActivities(d Deps) *Activities {
 		}
 		return res[identity]
 	}
-	for _, o := range []string{OutcomeRenewed, OutcomeUnreachable, OutcomeRefused} {
+	for _, o := range []string{OutcomeRenewed, OutcomeUnreachable, OutcomeRefused, OutcomeDeferred} {
 		a.renewals.WithLabelValues(d.Starter.Site, o).Add(0)
 	}
 	return a

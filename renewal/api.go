@@ -1,9 +1,11 @@
 // Package renewal renews the identities the provisioner issued before they lapse: a Temporal
 // Schedule per task queue runs RenewIdentities, which finds the identities expiring within
-// renew_before by a visibility query (hostruns.Current) and asks each server, at the configured
-// rate, to re-enter provisioning mode (choria_provision#reprovision, as `hosts reprovision`);
-// the server is then provisioned as usual by a run started with source "renewal", with a new
-// key and JWT. Nothing is renewed unless the worker's own configuration enables it.
+// renew_before in their records (the audit sink's, with a sink that reads back; else each host's
+// latest run, hostruns.Current) and asks each server, at the configured rate, to re-enter
+// provisioning mode (choria_provision#reprovision, as `hosts reprovision`); the server is then
+// provisioned as usual by a run started with source "renewal", with a new key and JWT. Nothing
+// is renewed unless the worker's own configuration enables it, and no host the records say is
+// not due, banned or retired.
 package renewal
 
 import "time"
@@ -27,6 +29,9 @@ const (
 	OutcomeUnreachable = "unreachable"
 	// OutcomeRefused: the server answered with an error, or the run could not be started
 	OutcomeRefused = "refused"
+	// OutcomeDeferred: not asked, the worker's renewal rate being spent by renewal runs renewing
+	// side by side (started at will); the next run finds the host
+	OutcomeDeferred = "deferred"
 )
 
 // HostRenewal is one host's renewal in one run of the renewal workflow.
@@ -62,6 +67,7 @@ const (
 	ErrTypeUnreachable = "RenewalUnreachable" // no reply to the reprovision request: retried
 	ErrTypeRefused     = "RenewalRefused"     // an error reply, or no run could be started: not retried
 	ErrTypeForeign     = "RenewalForeign"     // the task is not one our renewal runs scheduled: not retried
+	ErrTypeDeferred    = "RenewalDeferred"    // the worker's renewal rate is spent: not asked, not retried
 )
 
 // MaxHostsPerRun bounds the hosts one run renews (the soonest to expire first): the next

@@ -21,7 +21,7 @@ const OutcomeRunFailed = "run-failed"
 // FailedHost is a host whose renewal failed and that has not been provisioned since.
 type FailedHost struct {
 	Identity string    `json:"identity"`
-	Outcome  string    `json:"outcome"` // unreachable, refused or run-failed
+	Outcome  string    `json:"outcome"` // unreachable, refused, deferred or run-failed
 	Reason   string    `json:"reason,omitempty"`
 	Expires  time.Time `json:"expires,omitzero"` // the identity it still holds (zero: unknown)
 	Expired  bool      `json:"expired,omitempty"`

@@ -37,8 +37,18 @@ func (a *Activities) Renew(ctx context.Context, in RenewInput) (*HostRenewal, er
 	if err := a.due(ctx, h.Identity, time.Now()); err != nil {
 		return nil, err
 	}
+	release, err := a.claim(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if info := activity.GetInfo(ctx); info.Attempt == 1 { // a retry is of a host already paced
+		if err := a.paced(h, info.StartedTime); err != nil {
+			return nil, err
+		}
+	}
 	done := HostRenewal{Identity: h.Identity, RunID: h.RunID, Expires: h.Expires, Expired: !h.Expires.After(in.Now), At: time.Now().UTC()}
-	err := a.reprovision(ctx, h.Identity)
+	err = a.reprovision(ctx, h.Identity)
 	switch {
 	case errors.Is(err, reprovision.ErrErrorReply):
 		return nil, a.refused(h, fmt.Errorf("the server refused to re-enter provisioning mode: %w", err))

@@ -10,6 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -31,6 +35,19 @@ type fakeTemporal struct {
 	started []client.StartWorkflowOptions
 	inputs  []workflows.ProvisionInput
 	failAll bool
+	open    map[string]bool // workflow IDs with an open run
+}
+
+// DescribeWorkflowExecution says a host's workflow has an open run when open names it; else it
+// has none left (retention deleted them).
+func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.open[id] {
+		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: id, RunId: "open-run"}, Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}}, nil
 }
 
 func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, name any, args ...any) (client.WorkflowRun, error) {
@@ -230,4 +247,88 @@ func TestForeignTaskRefused(t *testing.T) {
 	_, err = env.ExecuteActivity(FindExpiringName, FindInput{Before: time.Now(), Limit: 1})
 	require.ErrorAs(t, err, &app)
 	require.Equal(t, ErrTypeForeign, app.Type())
+}
+
+// A host whose workflow has an open run (a renewal asked it already, its new run not yet done)
+// is not asked again, nor is one this worker is renewing now: renewal runs side by side ask
+// each host once.
+func TestAHostIsRenewedOnce(t *testing.T) {
+	h := newHarness(t, on, FindResult{Found: 2, Hosts: []Expiring{
+		{Identity: "asked.example", Expires: time.Now().Add(time.Hour)},
+		{Identity: "due.example", Expires: time.Now().Add(2 * time.Hour)},
+	}}, nil)
+	h.temporal.open = map[string]bool{workflows.WorkflowID("asked.example"): true}
+	r := h.run(t)
+	require.Equal(t, 1, r.Renewed)
+	require.Len(t, r.Failed, 1)
+	require.Equal(t, "asked.example", r.Failed[0].Identity)
+	require.Equal(t, OutcomeRefused, r.Failed[0].Outcome)
+	require.Contains(t, r.Failed[0].Reason, "is open")
+	require.Equal(t, map[string]int{"due.example": 1}, h.fleet.asked)
+
+	a := NewActivities(Deps{Temporal: &fakeTemporal{}, Starter: hostruns.Starter{TaskQueue: testQueue, Site: "lab"}, Renewals: h.renewals, Log: zap.NewNop()})
+	release, err := a.claim(context.Background(), Expiring{Identity: "busy.example"})
+	require.NoError(t, err)
+	_, err = a.claim(context.Background(), Expiring{Identity: "busy.example"})
+	require.ErrorContains(t, err, "under way", "a second renewal of a host this worker renews now")
+	release()
+	release, err = a.claim(context.Background(), Expiring{Identity: "busy.example"})
+	require.NoError(t, err, "claimed again once the first is done")
+	release()
+}
+
+// The worker's renewal budget: one run at the rate (its batches a tick, two at once when one
+// batch's attempts start late) is never deferred; four runs side by side get the rate between them, the rest
+// deferred and counted.
+func TestRunsSideBySideShareTheWorkersRate(t *testing.T) {
+	const perMinute = 300.0 // 5 a second, one batch of 5 a one-second tick
+	batch, tick := Policy{Rate: perMinute}.Pace()
+	renewals := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x"}, []string{"site", "outcome"})
+	newWorker := func() *Activities {
+		return NewActivities(Deps{Temporal: &fakeTemporal{}, Starter: hostruns.Starter{TaskQueue: testQueue, Site: "lab"},
+			Renewals: renewals, Log: zap.NewNop(), Rate: perMinute})
+	}
+	t0 := time.Date(2026, 12, 8, 1, 0, 0, 0, time.UTC)
+	one := newWorker()
+	for i := range 60 {
+		at := t0.Add(time.Duration(i/batch) * tick)
+		if i/batch == 3 {
+			at = t0.Add(4 * tick) // tick 3's attempts started late, with tick 4's
+		}
+		require.NoError(t, one.paced(Expiring{Identity: "h"}, at), "one run, host %d", i)
+	}
+
+	shared := newWorker()
+	allowed := 0
+	for i := range 60 {
+		at := t0.Add(time.Duration(i/batch) * tick)
+		for range 4 {
+			if shared.paced(Expiring{Identity: "h"}, at) == nil {
+				allowed++
+			}
+		}
+	}
+	// 12 ticks: the first batch and two of room, then 5 a second
+	require.LessOrEqual(t, allowed, 2*batch+11*batch)
+	require.GreaterOrEqual(t, allowed, 60, "the rate itself is spent")
+	require.Equal(t, float64(4*60-allowed), testutil.ToFloat64(renewals.WithLabelValues("lab", OutcomeDeferred)))
+	// attempts that reach the worker out of their start order are not credited twice
+	b, spent := newPace(perMinute), 0
+	for i := range 20 {
+		for k := range 4 * batch { // by turns, started now and 0.9 ticks ago
+			at := t0.Add(time.Duration(i) * tick)
+			if k%2 == 1 {
+				at = at.Add(-9 * tick / 10)
+			}
+			if b.spend(at) {
+				spent++
+			}
+		}
+	}
+	require.LessOrEqual(t, spent, 2*batch+19*batch)
+
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, shared.paced(Expiring{Identity: "h"}, t0.Add(11*tick)), &app)
+	require.Equal(t, ErrTypeDeferred, app.Type())
+	require.Equal(t, OutcomeDeferred, OutcomeOf(app))
 }

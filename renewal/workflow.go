@@ -100,7 +100,7 @@ func (r *run) find(ctx workflow.Context) ([]Expiring, error) {
 // RenewRetry is the Renew activity's retry policy: a host that does not answer is asked three
 // times; one that answers with an error, or a task that is not ours, is not asked again.
 var RenewRetry = temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-	MaximumAttempts: 3, NonRetryableErrorTypes: []string{ErrTypeRefused, ErrTypeForeign}}
+	MaximumAttempts: 3, NonRetryableErrorTypes: []string{ErrTypeRefused, ErrTypeForeign, ErrTypeDeferred}}
 
 // renewAll starts a Renew activity per host, batch hosts every tick of the policy's pace (durable
 // timers), then waits for them all and records each host's outcome.
@@ -142,8 +142,13 @@ func (r *run) record(h Expiring, done HostRenewal, err error, at time.Time) {
 // OutcomeOf is the outcome of a host whose Renew activity failed with err.
 func OutcomeOf(err error) string {
 	var app *temporal.ApplicationError
-	if errors.As(err, &app) && (app.Type() == ErrTypeRefused || app.Type() == ErrTypeForeign) {
-		return OutcomeRefused
+	if errors.As(err, &app) {
+		switch app.Type() {
+		case ErrTypeRefused, ErrTypeForeign:
+			return OutcomeRefused
+		case ErrTypeDeferred:
+			return OutcomeDeferred
+		}
 	}
 	return OutcomeUnreachable
 }

@@ -58,7 +58,8 @@ func (s *Service) registerRenewal(w worker.Worker, tc client.Client) error {
 		return fmt.Errorf("renewal.choria_config: %w", err)
 	}
 	deps := renewal.Deps{Temporal: tc, Starter: Starter(s.cfg), Fleet: fw, Token: s.cfg.Token,
-		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal"), Skip: s.notRenewed}
+		RPCTimeout: s.cfg.RPCTimeoutDuration, Renewals: s.Metrics.Renewals, Log: s.log.Named("renewal"), Skip: s.notRenewed,
+		Rate: s.cfg.Renewal.Rate}
 	if a := s.audit.Load(); a != nil && a.Index != nil {
 		deps.Records, deps.RenewBefore = a.Index, s.cfg.Renewal.RenewBeforeDuration // the identities as the audit holds them, whatever the runs' retention
 	}
