@@ -76,6 +76,7 @@ func (e *env) reannounce(m *devstack.FleetMember, index int) *devstack.FleetMemb
 // each type the workflow branches on, completed into the helper step of further re-announcements:
 // none ends the run provisioned (a stale sighting) or anything but failed or retried.
 func TestIntegrationCopiedResultRefused(t *testing.T) {
+	t.Parallel() // most of it waits on the held step and the helper
 	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
 	e.refusals = true
 	svc := e.provisioner("replica-a")

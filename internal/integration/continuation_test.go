@@ -22,6 +22,7 @@ import (
 // "deferred" its run ended with) while its helper call is under way, and it keeps the source of
 // the sighting that started the chain (an operator's here), then provisions the host.
 func TestIntegrationContinuationIsRunningWithItsSource(t *testing.T) {
+	t.Parallel() // one host: mostly waiting
 	var dir string
 	e := newEnv(t, envOptions{servers: 1, helper: func(s *devstack.Stack) string {
 		dir = s.Opts.Dir

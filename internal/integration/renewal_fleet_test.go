@@ -33,6 +33,7 @@ import (
 // renewals_total{outcome="unreachable"} once per run, found again by the next Schedule run, and
 // never counted renewed nor given a renewal run.
 func TestIntegrationRenewalUnreachableServer(t *testing.T) {
+	t.Parallel() // most of it waits for two Schedule runs and their retries
 	e := newEnv(t, envOptions{prepare: withRenewal("1m", "  renew_before: 2m\n  interval: 2s\n  rate: 600\nrpc_timeout: 2s\n", simFleetConfig)})
 	status := e.startFleetSimAs("silent", 1, "--prefix", "rensilent-", "--no-restart-splay")
 	svc := e.provisioner("replica-a")
@@ -150,6 +151,7 @@ func renewalIdentities(t *testing.T) int {
 // renewal run finds exactly that 1 % by its query, asks each at the rate, and each is
 // provisioned again by a run with source renewal; the run's cost is logged.
 func TestIntegrationRenewalScale(t *testing.T) {
+	t.Parallel() // most of it waits on the paced renewals
 	n := renewalIdentities(t)
 	k := n / 100
 	const rate = 300.0 // hosts a minute: 5 a second

@@ -47,6 +47,7 @@ func afterHelpersAnswer(t *testing.T, events []*historypb.HistoryEvent) int64 {
 // nothing is signed or sent, the run reads the host and asks the helper again, and it ends as
 // the helper now says (failed: the CA is down).
 func TestIntegrationResetAfterTheHelpersAnswerSignsNothing(t *testing.T) {
+	t.Parallel() // most of it waits on the reset run's retries
 	e := newEnv(t, envOptions{servers: 0, helper: switchableHelper(t)})
 	e.refusals = true
 	_, stopA := e.replicaWith("replica-a", e.cfg, service.Options{Worker: true, Discovery: true})

@@ -158,6 +158,7 @@ func sampleCount(t *testing.T, svc *service.Service, name string) uint64 {
 // before it acts, not retried, logged and counted: nothing is signed, no RPC leaves, no helper
 // runs, and the server is still waiting to be provisioned.
 func TestIntegrationForeignTasksRefused(t *testing.T) {
+	t.Parallel() // a handful of hosts and refused tasks: mostly waiting
 	e := newEnv(t, envOptions{servers: 1})
 	e.refusals = true
 	svc := e.provisioner("replica-a")
