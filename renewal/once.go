@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/choria-temporal/provisioner/common/logging"
 	"github.com/choria-temporal/provisioner/workflows"
+	"github.com/choria-temporal/provisioner/workflows/hostruns"
 )
 
 // A renewal run takes no input and any namespace writer can start one, so several may renew at
@@ -53,10 +53,10 @@ func (a *Activities) claim(ctx context.Context, h Expiring) (release func(), err
 	case err != nil:
 		release()
 		return nil, temporal.NewApplicationError(fmt.Sprintf("the host's workflow cannot be read: %v", err), ErrTypeUnreachable)
-	case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	}
+	if run := hostruns.Decode(d.GetWorkflowExecutionInfo()); run.Running() {
 		release()
-		return nil, a.refused(h, fmt.Errorf("not renewed: its run %s is open (renewed already, or being provisioned)",
-			d.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
+		return nil, a.refused(h, fmt.Errorf("not renewed: its run %s is open (renewed already, or being provisioned)", run.RunID))
 	}
 	return release, nil
 }
